@@ -1,0 +1,49 @@
+/*
+ * tinyc runtime core: status codes and the small helpers generated kernels share.
+ * Freestanding-friendly: needs only <stdint.h>, <stddef.h> and <math.h> for float kernels.
+ */
+#ifndef TINYC_RT_H
+#define TINYC_RT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    TINYC_OK = 0,
+    TINYC_ERR_NULL_ARGUMENT = 1,
+    TINYC_ERR_BAD_LAYER = 2
+} tinyc_status_t;
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TINYC_ALIGN(n) __attribute__((aligned(n)))
+#define TINYC_INLINE static __inline__ __attribute__((always_inline))
+#else
+#define TINYC_ALIGN(n)
+#define TINYC_INLINE static
+#endif
+
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 199901L
+#define TINYC_RESTRICT restrict
+#else
+#define TINYC_RESTRICT
+#endif
+
+/* Human-readable name of a status code (for logs and the serial harness). */
+const char *tinyc_status_str(tinyc_status_t status);
+
+/* Copy `n` bytes; a tiny memcpy so bare-metal builds need no libc for it. */
+void tinyc_copy(void *dst, const void *src, size_t n);
+
+TINYC_INLINE float tinyc_minf(float a, float b) { return a < b ? a : b; }
+TINYC_INLINE float tinyc_maxf(float a, float b) { return a > b ? a : b; }
+TINYC_INLINE int32_t tinyc_mini(int32_t a, int32_t b) { return a < b ? a : b; }
+TINYC_INLINE int32_t tinyc_maxi(int32_t a, int32_t b) { return a > b ? a : b; }
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TINYC_RT_H */

@@ -1,0 +1,5 @@
+import sys
+
+from tinyc.cli import main
+
+sys.exit(main())

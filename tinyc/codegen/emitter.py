@@ -1,0 +1,230 @@
+"""Render a planned graph to C sources through the Jinja2 templates and a dialect.
+
+Output files per model: `<prefix>.h` (API, I/O shapes, arena size), `<prefix>.c` (kernels and the
+run function over one static arena), `<prefix>_weights.c/.h` (aligned const arrays).
+Deterministic: the same graph and plan always give byte-identical text.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import jinja2
+import numpy as np
+
+from tinyc import __version__
+from tinyc.codegen.dialect import C99, Dialect, c_float, c_int, c_literal
+from tinyc.errors import UnsupportedError
+from tinyc.ir import Graph, Node, Tensor
+from tinyc.memory import MemoryLayout
+from tinyc.ops import get_op
+from tinyc.ops.base import ctype, strides_of
+from tinyc.resources import templates_dir
+
+
+def c_identifier(text: str, fallback: str = "model") -> str:
+    ident = re.sub(r"[^0-9A-Za-z_]", "_", text).strip("_") or fallback
+    if ident[0].isdigit():
+        ident = f"m_{ident}"
+    return ident
+
+
+@dataclass
+class TensorView:
+    """What a kernel template knows about one operand."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    ctype: str
+    param: str
+    is_const: bool
+    data: np.ndarray | None = None
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def strides(self) -> list[int]:
+        return strides_of(self.shape)
+
+
+@dataclass
+class KernelParam:
+    name: str
+    ctype: str
+    const: bool
+    restrict: bool
+    arg: str  # C expression at the call site
+
+
+@dataclass
+class Layer:
+    index: int
+    node: Node
+    fn: str
+    code: str
+    params: list[KernelParam]
+    comment: str
+
+
+@dataclass
+class GeneratedModel:
+    prefix: str
+    files: dict[str, str]
+    layers: list[Layer] = field(default_factory=list)
+    weights_bytes: int = 0
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["cfloat"] = c_float
+    env.filters["cint"] = c_int
+    env.filters["clit"] = c_literal
+    env.filters["ctype"] = ctype
+    env.globals["np"] = np
+    return env
+
+
+def activation_expr(node: Node) -> Callable[[str], str]:
+    """C expression applying the activation fused into `node` (identity when none)."""
+    act = node.attrs.get("activation")
+    if not act:
+        return lambda x: x
+    unary = get_op(act["op"])
+    return lambda x: unary.c_expr(act.get("attrs", {}), x, "float")  # type: ignore[attr-defined]
+
+
+def _weight_literals(data: np.ndarray, ct: str) -> str:
+    flat = data.reshape(-1)
+    if ct in ("float", "double"):
+        items = [c_float(v) for v in flat.astype(np.float32)]
+    elif data.dtype == np.bool_:
+        items = [str(int(v)) for v in flat]
+    else:
+        items = [c_int(int(v), ct) for v in flat]
+    lines = []
+    for i in range(0, len(items), 8):
+        lines.append("    " + ", ".join(items[i:i + 8]))
+    return ",\n".join(lines)
+
+
+def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str, Any]],
+               prefix: str, dialect: Dialect = C99) -> GeneratedModel:
+    env = _env()
+    weight_syms: dict[str, str] = {}
+    weights: list[dict[str, Any]] = []
+
+    def weight(name: str) -> str:
+        if name not in weight_syms:
+            t = graph.tensor(name)
+            sym = f"{prefix}_w{len(weight_syms)}"
+            weight_syms[name] = sym
+            ct = ctype(t.dtype)
+            data = t.data if t.data is not None else np.zeros(t.shape, t.dtype)
+            weights.append({"sym": sym, "ctype": ct, "count": max(1, t.size), "tensor": name,
+                            "shape": t.shape, "literals": _weight_literals(data if t.size else np.zeros(1, data.dtype), ct),
+                            "bytes": t.nbytes})
+        return weight_syms[name]
+
+    def pointer(name: str, writable: bool) -> str:
+        t = graph.tensor(name)
+        ct = ctype(t.dtype)
+        if t.is_constant:
+            return weight(name)
+        off = layout.offsets[layout.buffer_of(name)]
+        return f"({'' if writable else 'const '}{ct} *)(arena + {off})"
+
+    layers: list[Layer] = []
+    code_nodes = [n for n in graph.nodes if not get_op(n.op).alias]
+    for idx, node in enumerate(code_nodes):
+        opdef = get_op(node.op)
+        opdef.check_supported(node, graph)
+        if opdef.template is None:
+            raise UnsupportedError(f"node '{node.source or node.name}' ({node.op}) has no C kernel")
+        sched = schedules.get(node.name, {})
+        ins, outs, params = [], [], []
+        out_buffers = {layout.buffer_of(o) for o in node.outputs if o}
+        for i, name in enumerate(node.inputs):
+            if not name:
+                ins.append(None)
+                continue
+            t = graph.tensor(name)
+            pname = f"in{i}"
+            ins.append(TensorView(name, t.shape, t.dtype, ctype(t.dtype), pname, t.is_constant, t.data))
+            shared = (not t.is_constant) and layout.buffer_of(name) in out_buffers
+            params.append(KernelParam(pname, ctype(t.dtype), True, not shared, pointer(name, False)))
+        for j, name in enumerate(node.outputs):
+            if not name:
+                outs.append(None)
+                continue
+            t = graph.tensor(name)
+            pname = f"out{j}"
+            outs.append(TensorView(name, t.shape, t.dtype, ctype(t.dtype), pname, False))
+            shared = any(i and not graph.tensor(i).is_constant and layout.buffer_of(i) == layout.buffer_of(name)
+                         for i in node.inputs)
+            params.append(KernelParam(pname, ctype(t.dtype), False, not shared, pointer(name, True)))
+        scratch = layout.scratch.get(node.name)
+        if scratch is not None:
+            params.append(KernelParam("scratch", "uint8_t", False, True, f"(arena + {layout.offsets[scratch]})"))
+        fn = f"layer{idx}_{c_identifier(node.op).lower()}"
+        ctx = dict(fn=fn, node=node, attrs=node.attrs, schedule=sched, ins=ins, outs=outs,
+                   params=params, act=activation_expr(node), dialect_macros=dialect.macros,
+                   has_scratch=scratch is not None, prefix=prefix)
+        ctx.update(opdef.kernel_context(node, graph, sched))
+        try:
+            code = env.get_template(f"kernels/{opdef.template}").render(**ctx)
+        except jinja2.TemplateError as exc:
+            raise UnsupportedError(f"node '{node.source or node.name}' ({node.op}): kernel template "
+                                   f"{opdef.template} failed: {exc}") from exc
+        shapes = ", ".join("x".join(map(str, graph.tensor(o).shape)) or "scalar" for o in node.outputs if o)
+        src = node.source or node.name
+        comment = f"layer {idx}: {node.op} '{src}' -> {shapes}" + (
+            f" schedule {sched}" if sched else "")
+        layers.append(Layer(idx, node, fn, code.rstrip() + "\n", params, comment.replace("*/", "* /")))
+
+    used: set[str] = set()
+    io_inputs = [_io_view(graph, n, n, "in", k, layout, used) for k, n in enumerate(graph.inputs)]
+    io_outputs = [_io_view(graph, pub, n, "out", k, layout, used) for k, (pub, n) in enumerate(graph.public_outputs())]
+    for o in io_outputs:
+        if o["const"]:
+            o["src"] = weight(o["tensor"])
+
+    guard = f"TINYC_{prefix.upper()}_H"
+    common = dict(prefix=prefix, version=__version__, model=graph.name, arena_bytes=layout.arena_bytes,
+                  inputs=io_inputs, outputs=io_outputs, layers=layers, weights=weights, guard=guard,
+                  nlayers=len(layers))
+    files = {
+        f"{prefix}.h": env.get_template("model.h.j2").render(**common),
+        f"{prefix}.c": env.get_template("model.c.j2").render(**common),
+        f"{prefix}_weights.h": env.get_template("weights.h.j2").render(**common),
+        f"{prefix}_weights.c": env.get_template("weights.c.j2").render(**common),
+    }
+    return GeneratedModel(prefix, files, layers, sum(w["bytes"] for w in weights), io_inputs, io_outputs)
+
+
+def _io_view(graph: Graph, public: str, name: str, kind: str, k: int, layout: MemoryLayout,
+             used: set[str]) -> dict[str, Any]:
+    t: Tensor = graph.tensor(name)
+    ident = f"{kind}_{c_identifier(public, f'{kind}{k}')}"
+    while ident in used:
+        ident += "_"
+    used.add(ident)
+    return {"tensor": public, "ident": ident, "ctype": ctype(t.dtype), "shape": t.shape,
+            "count": t.size, "bytes": t.nbytes, "const": t.is_constant,
+            "offset": None if t.is_constant else layout.offsets[layout.buffer_of(name)],
+            "layout": graph.io_layout.get(public, "")}

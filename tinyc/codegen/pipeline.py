@@ -1,0 +1,77 @@
+"""From an optimised graph to files: schedules, memory plan (checked), C sources, manifest, report."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tinyc.codegen.emitter import c_identifier, generate_c
+from tinyc.ir import Graph
+from tinyc.memory import MemoryLayout, check_plan, plan_graph_memory
+from tinyc.ops import get_op
+from tinyc.schedule import default_schedules
+
+
+@dataclass
+class GeneratedProject:
+    files: dict[str, str]
+    manifest: dict[str, Any]
+    report: dict[str, Any]
+    layout: MemoryLayout
+    schedules: dict[str, dict[str, Any]]
+
+
+def generate(graph: Graph, prefix: str | None = None, target: str = "host",
+             schedules: dict[str, dict[str, Any]] | None = None) -> GeneratedProject:
+    prefix = c_identifier(prefix or graph.name).lower()
+    schedules = schedules if schedules is not None else default_schedules(graph, target)
+    layout = plan_graph_memory(graph, schedules)
+    check_plan(layout.buffers, layout.plan)  # a wrong plan must never reach the C code
+    gen = generate_c(graph, layout, schedules, prefix)
+    render = _render_context(graph, gen, prefix)
+    manifest = {
+        "prefix": prefix, "model": graph.name, "target": target,
+        "inputs": [{"name": n, "shape": list(graph.tensor(n).shape), "dtype": graph.tensor(n).dtype,
+                    "layout": graph.io_layout.get(n, "")} for n in graph.inputs],
+        "outputs": [{"name": pub, "shape": list(graph.tensor(n).shape), "dtype": graph.tensor(n).dtype,
+                     "layout": graph.io_layout.get(pub, "")} for pub, n in graph.public_outputs()],
+        "render": render,
+    }
+    report = build_report(graph, layout, gen, schedules, prefix)
+    return GeneratedProject(gen.files, manifest, report, layout, schedules)
+
+
+def _render_context(graph: Graph, gen: Any, prefix: str) -> dict[str, Any]:
+    keep = ("ident", "ctype", "count")
+    return {"prefix": prefix, "model": graph.name,
+            "inputs": [{k: v[k] for k in keep} for v in gen.inputs],
+            "outputs": [{k: v[k] for k in keep} for v in gen.outputs]}
+
+
+def build_report(graph: Graph, layout: MemoryLayout, gen: Any, schedules: dict[str, dict[str, Any]],
+                 prefix: str) -> dict[str, Any]:
+    layers = []
+    code_index = {layer.node.name: layer.index for layer in gen.layers}
+    for node in graph.nodes:
+        opdef = get_op(node.op)
+        out = node.outputs[0]
+        layers.append({
+            "name": node.source or node.name, "op": node.op, "kernel": code_index.get(node.name),
+            "output_shape": list(graph.tensor(out).shape), "macs": opdef.macs(node, graph),
+            "params": opdef.params(node, graph),
+            "arena_offset": layout.offset_of(out), "arena_size": graph.tensor(out).nbytes,
+            "alias": opdef.alias, "schedule": schedules.get(node.name, {}),
+            "scratch_bytes": opdef.scratch_bytes(node, graph, schedules.get(node.name, {})),
+        })
+    return {
+        "model": graph.name, "prefix": prefix,
+        "macs": sum(layer["macs"] for layer in layers),
+        "params": sum(t.size for t in graph.tensors.values() if t.is_constant),
+        "weights_bytes": gen.weights_bytes,
+        "arena_bytes": layout.arena_bytes,
+        "arena_lower_bound_bytes": layout.lower_bound_bytes,
+        "memory_strategy": layout.plan.strategy,
+        "memory_strategies": layout.plan.strategies,
+        "inputs": {n: list(graph.tensor(n).shape) for n in graph.inputs},
+        "outputs": {pub: list(graph.tensor(n).shape) for pub, n in graph.public_outputs()},
+        "layers": layers,
+    }

@@ -1,0 +1,261 @@
+"""ONNX → tinyc IR.
+
+Table-driven: each ONNX op type maps to the OpDef that imports it (tinyc.ops). Nodes are
+imported in order; a node whose inputs are all constants is evaluated right away with the
+numpy reference, so shape-only subgraphs (Shape → Gather → Concat → Reshape) vanish during
+import and later handlers see their configuring inputs as constants.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from tinyc.errors import ModelLoadError, ShapeError, TinycError, UnsupportedError
+from tinyc.frontend.context import ImportContext
+from tinyc.ir import Graph, Node, Tensor
+from tinyc.ops.base import get_op, onnx_op
+
+MIN_OPSET = 6  # officially 11+, but older forms that handlers understand are accepted too
+# Ops that never fold to constants (random generators and the like would go here).
+_NO_FOLD: set[str] = set()
+
+
+def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
+    """Read a model with its external data, turning every failure into one clear message."""
+    p = Path(path)
+    if not p.exists():
+        raise ModelLoadError(f"model file not found: {p}")
+    if p.is_dir():
+        raise ModelLoadError(f"{p} is a directory, not an ONNX model file")
+    try:
+        model = onnx.load(str(p), load_external_data=False)
+    except Exception as exc:  # protobuf raises several unrelated types
+        raise ModelLoadError(f"{p} is not an ONNX model (could not parse it as ONNX protobuf: "
+                             f"{type(exc).__name__})") from None
+    if not model.graph.node and not model.graph.output:
+        raise ModelLoadError(f"{p} is not an ONNX model (no graph found in the file)")
+    _load_external_data(model, p.parent)
+    return model
+
+
+def _load_external_data(model: onnx.ModelProto, base: Path) -> None:
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+    missing = []
+    for t in _get_all_tensors(model):
+        if uses_external_data(t):
+            info = {e.key: e.value for e in t.external_data}
+            loc = base / info.get("location", "")
+            if not loc.is_file():
+                missing.append(f"'{t.name}' → {loc}")
+    if missing:
+        raise ModelLoadError("external-data weights are missing: " + "; ".join(missing)
+                             + " (keep the data files next to the .onnx file)")
+    try:
+        onnx.external_data_helper.load_external_data_for_model(model, str(base))
+    except Exception as exc:
+        raise ModelLoadError(f"could not read external-data weights: {exc}") from None
+
+
+def _np_dtype_name(elem_type: int) -> str:
+    try:
+        return str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)))
+    except Exception:
+        raise UnsupportedError(
+            f"tensor element type {onnx.TensorProto.DataType.Name(elem_type)} is not supported") from None
+
+
+def parse_input_shapes(specs: Sequence[str] | Mapping[str, Sequence[int]] | None) -> dict[str, tuple[int, ...]]:
+    """`["x=1,3,32,32"]` or `{"x": (1,3,32,32)}` → dict."""
+    if not specs:
+        return {}
+    if isinstance(specs, Mapping):
+        return {k: tuple(int(d) for d in v) for k, v in specs.items()}
+    out: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        m = re.fullmatch(r"\s*([^=]+?)\s*=\s*([0-9]+(?:\s*[,x]\s*[0-9]+)*)\s*", spec)
+        if not m:
+            from tinyc.errors import UsageError
+            raise UsageError(f"--input-shape '{spec}': expected NAME=D0,D1,... e.g. input=1,3,32,32")
+        out[m.group(1)] = tuple(int(d) for d in re.split(r"\s*[,x]\s*", m.group(2)))
+    return out
+
+
+def _check_ops(model: onnx.ModelProto) -> None:
+    """One error listing every unsupported node, so users see the whole job at once."""
+    bad = []
+    for i, n in enumerate(model.graph.node):
+        domain_ok = n.domain in ("", "ai.onnx")
+        if not domain_ok or onnx_op(n.op_type) is None:
+            dom = f"{n.domain}." if n.domain not in ("", "ai.onnx") else ""
+            bad.append(f"'{n.name or f'#{i}'}' ({dom}{n.op_type})")
+    if bad:
+        ops = sorted({b.split("(")[1].rstrip(")") for b in bad})
+        raise UnsupportedError(
+            f"{len(bad)} node(s) use operators tinyc does not support ({', '.join(ops)}): " + ", ".join(bad))
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return int(o.version)
+    return 1
+
+
+def import_onnx(model: onnx.ModelProto | str | os.PathLike,
+                input_shapes: Sequence[str] | Mapping[str, Sequence[int]] | None = None,
+                name: str | None = None) -> Graph:
+    """Import an ONNX model (object or path) into a tinyc Graph with static shapes."""
+    if not isinstance(model, onnx.ModelProto):
+        default_name = Path(model).stem
+        model = load_onnx(model)
+    else:
+        default_name = model.graph.name or "model"
+    shapes = parse_input_shapes(input_shapes)
+    opset = _opset(model)
+    if opset < MIN_OPSET:
+        raise UnsupportedError(f"model uses ai.onnx opset {opset}; tinyc needs opset {MIN_OPSET} or newer "
+                               f"(11+ recommended)")
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid model"
+        raise ModelLoadError(f"the ONNX checker rejected the model: {first}") from None
+    _check_ops(model)
+
+    g = Graph(name=name or default_name)
+    initializers = {t.name: t for t in model.graph.initializer}
+    for t in initializers.values():
+        g.add_constant(t.name, numpy_helper.to_array(t))
+
+    unknown = set(shapes)
+    for vi in model.graph.input:
+        if vi.name in initializers:
+            continue
+        tt = vi.type.tensor_type
+        dtype = _np_dtype_name(tt.elem_type)
+        dims: list[int | None] = []
+        for d in tt.shape.dim:
+            dims.append(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None)
+        if vi.name in shapes:
+            given = shapes[vi.name]
+            unknown.discard(vi.name)
+            if len(given) != len(dims) and tt.HasField("shape"):
+                raise ShapeError(f"--input-shape {vi.name}: model input has rank {len(dims)}, "
+                                 f"got {len(given)} dims")
+            for i, (a, b) in enumerate(zip(dims, given)):
+                if a is not None and a != b:
+                    raise ShapeError(f"--input-shape {vi.name}: dimension {i} is fixed to {a} in the model, "
+                                     f"got {b}")
+            dims = list(given)
+        if not tt.HasField("shape") or any(d is None for d in dims):
+            shown = [d if d is not None else "?" for d in dims] if tt.HasField("shape") else "unknown rank"
+            sym = [d.dim_param for d in tt.shape.dim if d.dim_param]
+            hint = ",".join(str(d) if d is not None else "N" for d in dims) if tt.HasField("shape") else "D0,D1,..."
+            raise ShapeError(
+                f"input '{vi.name}' has a dynamic shape {shown}"
+                + (f" (symbolic: {', '.join(sym)})" if sym else "")
+                + f"; fix it with --input-shape {vi.name}={hint} (input_shapes= in the Python API)")
+        g.add_tensor(Tensor(vi.name, tuple(int(d) for d in dims), dtype))  # type: ignore[arg-type]
+        g.inputs.append(vi.name)
+    if unknown:
+        raise ShapeError(f"--input-shape names unknown input(s): {', '.join(sorted(unknown))}; "
+                         f"model inputs are: {', '.join(g.inputs) or '(none)'}")
+
+    used_names: set[str] = set()
+    for idx, onode in enumerate(model.graph.node):
+        node_name = onode.name or f"{onode.op_type}_{idx}"
+        while node_name in used_names:
+            node_name += "_"
+        used_names.add(node_name)
+        _import_node(g, onode, opset, node_name)
+
+    for vi in model.graph.output:
+        if vi.name not in g.tensors:
+            raise ModelLoadError(f"graph output '{vi.name}' is not produced by any node")
+        g.outputs.append(vi.name)
+        g.output_names.append(vi.name)
+    _cross_check_shapes(model, g, shapes)
+    g.remove_unused_tensors()
+    return g
+
+
+def _import_node(g: Graph, onode: onnx.NodeProto, opset: int, node_name: str) -> None:
+    opdef = onnx_op(onode.op_type)
+    assert opdef is not None
+    for i in onode.input:
+        if i and i not in g.tensors:
+            raise ModelLoadError(f"node '{node_name}' ({onode.op_type}) reads '{i}', which no earlier node "
+                                 f"produces (graph not topologically sorted?)")
+    ctx = ImportContext(onode, g, opset, node_name)
+    try:
+        result = opdef.import_onnx(ctx)
+    except TinycError:
+        raise
+    except Exception as exc:  # a handler bug or a malformed node: still name the node
+        raise UnsupportedError(f"node '{node_name}' ({onode.op_type}): could not import: "
+                               f"{type(exc).__name__}: {exc}") from exc
+    nodes = [result] if isinstance(result, Node) else list(result)
+    for k, node in enumerate(nodes):
+        if k and node.name == node_name:
+            node.name = f"{node_name}_{k}"
+        add_node(g, node)
+
+
+def add_node(g: Graph, node: Node, fold: bool = True) -> None:
+    """Infer the node's outputs; fold it to constants if all its inputs are constants."""
+    opdef = get_op(node.op)
+    try:
+        types = opdef.infer(node, g)
+    except TinycError:
+        raise
+    except Exception as exc:
+        raise ShapeError(f"node '{node.source or node.name}' ({node.op}): shape inference failed: "
+                         f"{type(exc).__name__}: {exc}") from exc
+    for out, (shape, dtype) in zip(node.outputs, types):
+        if out:
+            g.add_tensor(Tensor(out, tuple(int(d) for d in shape), dtype))
+    real_inputs = [i for i in node.inputs if i]
+    if fold and node.op not in _NO_FOLD and all(g.tensor(i).is_constant for i in real_inputs):
+        values = opdef.reference(node, g, [g.tensor(i).data if i else None for i in node.inputs])
+        for out, val, (shape, dtype) in zip(node.outputs, values, types):
+            if out:
+                g.tensors[out] = Tensor(out, tuple(shape), dtype, np.ascontiguousarray(np.asarray(val, dtype=dtype)))
+        return
+    for i, out in enumerate(node.outputs):
+        if out and any(d < 0 for d in g.tensor(out).shape):
+            raise ShapeError(f"node '{node.source or node.name}' ({node.op}): output {i} has unresolved shape "
+                             f"{g.tensor(out).shape}")
+    g.nodes.append(node)
+
+
+def _cross_check_shapes(model: onnx.ModelProto, g: Graph, shapes: dict[str, tuple[int, ...]]) -> None:
+    """onnx's own shape inference must agree with ours on the graph outputs (catches handler bugs)."""
+    try:
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        for vi in m.graph.input:
+            if vi.name in g.tensors and vi.name in g.inputs:
+                dims = vi.type.tensor_type.shape.dim
+                for d, v in zip(dims, g.tensor(vi.name).shape):
+                    d.Clear()
+                    d.dim_value = v
+        inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False)
+    except Exception:
+        return  # onnx cannot infer this model (e.g. very large); our rules stand alone
+    for vi in inferred.graph.output:
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape") or vi.name not in g.tensors:
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        ours = g.tensor(vi.name).shape
+        if len(dims) == len(ours) and all(a is None or a == b for a, b in zip(dims, ours)):
+            continue
+        if len(dims) != len(ours) or any(a is not None and a != b for a, b in zip(dims, ours)):
+            raise ShapeError(f"output '{vi.name}': tinyc inferred shape {ours}, onnx shape inference says "
+                             f"{tuple(d if d is not None else '?' for d in dims)}")

@@ -1,0 +1,313 @@
+"""Elementwise ops: the unary family (one table of numpy + C expressions) and broadcasting
+binary arithmetic. Unary ops double as fusable activations (Conv/Gemm/Add + `activation`)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from tinyc.codegen.dialect import c_float
+from tinyc.ir import Graph, Node
+from tinyc.ops.base import OpDef, OutputType, broadcast_strides, register_instance
+
+F = c_float
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(x.dtype)
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(0, x.astype(np.float64)).astype(x.dtype)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
+
+
+@dataclass
+class UnarySpec:
+    name: str
+    np_fn: Callable[[np.ndarray, dict[str, Any]], np.ndarray]
+    c_fn: Callable[[str, dict[str, Any]], str]
+    defaults: dict[str, float]
+    fusable: bool = False
+    dtypes: tuple[str, ...] = ("float32",)
+
+
+def _clip_np(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
+    return np.minimum(np.maximum(x, np.asarray(a["min"], x.dtype)), np.asarray(a["max"], x.dtype))
+
+
+def _clip_c(x: str, a: dict[str, Any]) -> str:
+    e = x
+    if a["min"] != -math.inf:
+        e = f"tinyc_maxf({e}, {F(a['min'])})"
+    if a["max"] != math.inf:
+        e = f"tinyc_minf({e}, {F(a['max'])})"
+    return e
+
+
+UNARY: list[UnarySpec] = [
+    UnarySpec("Relu", lambda x, a: np.maximum(x, 0).astype(x.dtype), lambda x, a: f"tinyc_maxf({x}, 0.0f)", {}, True),
+    UnarySpec("LeakyRelu", lambda x, a: np.where(x >= 0, x, x * np.float32(a["alpha"])).astype(x.dtype),
+              lambda x, a: f"(({x}) >= 0.0f ? ({x}) : {F(a['alpha'])} * ({x}))", {"alpha": 0.01}, True),
+    UnarySpec("Clip", _clip_np, _clip_c, {"min": -math.inf, "max": math.inf}, True),
+    UnarySpec("Sigmoid", lambda x, a: _sigmoid(x), lambda x, a: f"(1.0f / (1.0f + expf(-({x}))))", {}, True),
+    UnarySpec("Tanh", lambda x, a: np.tanh(x), lambda x, a: f"tanhf({x})", {}, True),
+    UnarySpec("HardSigmoid", lambda x, a: np.clip(x * np.float32(a["alpha"]) + np.float32(a["beta"]), 0, 1).astype(x.dtype),
+              lambda x, a: f"tinyc_minf(tinyc_maxf({F(a['alpha'])} * ({x}) + {F(a['beta'])}, 0.0f), 1.0f)",
+              {"alpha": 0.2, "beta": 0.5}, True),
+    UnarySpec("HardSwish", lambda x, a: (x * np.clip(x / np.float32(6) + np.float32(0.5), 0, 1)).astype(x.dtype),
+              lambda x, a: f"(({x}) * tinyc_minf(tinyc_maxf(({x}) / 6.0f + 0.5f, 0.0f), 1.0f))", {}, True),
+    UnarySpec("Elu", lambda x, a: np.where(x > 0, x, np.float32(a["alpha"]) * np.expm1(x)).astype(x.dtype),
+              lambda x, a: f"(({x}) > 0.0f ? ({x}) : {F(a['alpha'])} * expm1f({x}))", {"alpha": 1.0}, True),
+    UnarySpec("Selu", lambda x, a: (np.float32(a["gamma"]) * np.where(x > 0, x, np.float32(a["alpha"]) * np.expm1(x))).astype(x.dtype),
+              lambda x, a: f"({F(a['gamma'])} * (({x}) > 0.0f ? ({x}) : {F(a['alpha'])} * expm1f({x})))",
+              {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}, True),
+    UnarySpec("Celu", lambda x, a: (np.maximum(x, 0) + np.minimum(0, np.float32(a["alpha"]) * np.expm1(x / np.float32(a["alpha"])))).astype(x.dtype),
+              lambda x, a: f"(tinyc_maxf({x}, 0.0f) + tinyc_minf(0.0f, {F(a['alpha'])} * expm1f(({x}) / {F(a['alpha'])})))",
+              {"alpha": 1.0}, True),
+    UnarySpec("ThresholdedRelu", lambda x, a: np.where(x > np.float32(a["alpha"]), x, 0).astype(x.dtype),
+              lambda x, a: f"(({x}) > {F(a['alpha'])} ? ({x}) : 0.0f)", {"alpha": 1.0}, True),
+    UnarySpec("Softplus", lambda x, a: _softplus(x),
+              lambda x, a: f"(({x}) > 20.0f ? ({x}) : log1pf(expf({x})))", {}, True),
+    UnarySpec("Softsign", lambda x, a: (x / (1 + np.abs(x))).astype(x.dtype),
+              lambda x, a: f"(({x}) / (1.0f + fabsf({x})))", {}, True),
+    UnarySpec("Mish", lambda x, a: (x * np.tanh(_softplus(x))).astype(x.dtype),
+              lambda x, a: f"(({x}) * tanhf(({x}) > 20.0f ? ({x}) : log1pf(expf({x}))))", {}, True),
+    UnarySpec("Gelu", lambda x, a: (0.5 * x * (1 + _erf(x / np.float32(math.sqrt(2))))).astype(x.dtype)
+              if a.get("approximate", "none") == "none" else
+              (0.5 * x * (1 + np.tanh(np.float32(math.sqrt(2 / math.pi)) * (x + np.float32(0.044715) * x ** 3)))).astype(x.dtype),
+              lambda x, a: f"(0.5f * ({x}) * (1.0f + erff(({x}) * 0.707106781f)))" if a.get("approximate", "none") == "none"
+              else f"(0.5f * ({x}) * (1.0f + tanhf(0.797884561f * (({x}) + 0.044715f * ({x}) * ({x}) * ({x})))))",
+              {}, True),
+    UnarySpec("Exp", lambda x, a: np.exp(x), lambda x, a: f"expf({x})", {}),
+    UnarySpec("Log", lambda x, a: np.log(x), lambda x, a: f"logf({x})", {}),
+    UnarySpec("Sqrt", lambda x, a: np.sqrt(x), lambda x, a: f"sqrtf({x})", {}),
+    UnarySpec("Abs", lambda x, a: np.abs(x), lambda x, a: f"fabsf({x})", {}),
+    UnarySpec("Neg", lambda x, a: np.negative(x), lambda x, a: f"(-({x}))", {}),
+    UnarySpec("Reciprocal", lambda x, a: (np.float32(1) / x).astype(x.dtype), lambda x, a: f"(1.0f / ({x}))", {}),
+    UnarySpec("Floor", lambda x, a: np.floor(x), lambda x, a: f"floorf({x})", {}),
+    UnarySpec("Ceil", lambda x, a: np.ceil(x), lambda x, a: f"ceilf({x})", {}),
+    UnarySpec("Round", lambda x, a: np.round(x), lambda x, a: f"rintf({x})", {}),
+    UnarySpec("Erf", lambda x, a: _erf(x), lambda x, a: f"erff({x})", {}),
+    UnarySpec("Sin", lambda x, a: np.sin(x), lambda x, a: f"sinf({x})", {}),
+    UnarySpec("Cos", lambda x, a: np.cos(x), lambda x, a: f"cosf({x})", {}),
+    UnarySpec("Sign", lambda x, a: np.sign(x), lambda x, a: f"(float)((({x}) > 0.0f) - (({x}) < 0.0f))", {}),
+]
+
+
+class UnaryOp(OpDef):
+    """y = f(x) elementwise; f given as both a numpy function and a C expression."""
+
+    template = "unary.c.j2"
+    inplace = True
+    layout_agnostic = True
+
+    def __init__(self, spec: UnarySpec) -> None:
+        self.spec = spec
+        self.op = spec.name
+        self.onnx_ops = (spec.name,)
+        self.dtypes = spec.dtypes
+
+    def import_onnx(self, ctx):  # type: ignore[override]
+        attrs = {k: float(ctx.attr(k, v)) for k, v in self.spec.defaults.items()}
+        if self.op == "Clip":
+            # opset < 11: attributes; opset >= 11: optional constant inputs
+            lo = ctx.const(1) if ctx.has_input(1) else None
+            hi = ctx.const(2) if ctx.has_input(2) else None
+            if (ctx.has_input(1) and lo is None) or (ctx.has_input(2) and hi is None):
+                ctx.unsupported("min/max must be constants")
+            if lo is not None:
+                attrs["min"] = float(lo)
+            if hi is not None:
+                attrs["max"] = float(hi)
+            if ctx.dtype(0) != "float32":
+                ctx.unsupported(f"element type {ctx.dtype(0)} (only float32)")
+        if self.op == "Gelu":
+            attrs["approximate"] = ctx.attr("approximate", "none")
+        return ctx.make_node(self.op, inputs=ctx.inputs[:1], **attrs)
+
+    def apply(self, attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+        a = dict(self.spec.defaults, **attrs)
+        with np.errstate(all="ignore"):
+            return np.asarray(self.spec.np_fn(x, a)).astype(x.dtype)
+
+    def c_expr(self, attrs: dict[str, Any], x: str, ct: str = "float") -> str:
+        return self.spec.c_fn(x, dict(self.spec.defaults, **attrs))
+
+    def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return [self.apply({k: v for k, v in node.attrs.items() if k != "activation"}, inputs[0])]
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+        return {"expr": self.c_expr(node.attrs, "v"), "count": graph.tensor(node.inputs[0]).size}
+
+
+for _spec in UNARY:
+    register_instance(UnaryOp(_spec))
+
+
+# -- binary --------------------------------------------------------------------------------
+def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(d) for d in np.broadcast_shapes(a, b))
+
+
+def collapse_broadcast(out_shape: tuple[int, ...], operand_shapes: list[tuple[int, ...]]) -> tuple[list[int], list[list[int]]]:
+    """Merge adjacent output dims that every operand walks contiguously (or broadcasts over alike),
+    so the kernel runs the fewest, longest loops."""
+    if not out_shape:
+        return [1], [[0] for _ in operand_shapes]
+    strides = [broadcast_strides(s, out_shape) for s in operand_shapes]
+    dims = list(out_shape)
+    i = len(dims) - 2
+    while i >= 0:
+        if all(st[i] == st[i + 1] * dims[i + 1] for st in strides):
+            dims[i] *= dims[i + 1]
+            del dims[i + 1]
+            for st in strides:
+                st[i] = st[i + 1]
+                del st[i + 1]
+        i -= 1
+    return dims, strides
+
+
+@dataclass
+class BinarySpec:
+    name: str
+    np_fn: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    c_float: str   # C expression over a, b (float)
+    c_int: str | None = None  # C expression for integer types (None: float only)
+
+
+def _div_np(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if np.issubdtype(a.dtype, np.integer):
+        with np.errstate(all="ignore"):
+            q = np.trunc(a.astype(np.float64) / b.astype(np.float64))
+        return q.astype(a.dtype)
+    return a / b
+
+
+def _pow_np(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+
+
+BINARY: list[BinarySpec] = [
+    BinarySpec("Add", np.add, "a + b", "a + b"),
+    BinarySpec("Sub", np.subtract, "a - b", "a - b"),
+    BinarySpec("Mul", np.multiply, "a * b", "a * b"),
+    BinarySpec("Div", _div_np, "a / b", "a / b"),
+    BinarySpec("Pow", _pow_np, "powf(a, b)"),
+    BinarySpec("PRelu", lambda a, b: np.where(a < 0, a * b, a).astype(a.dtype), "(a < 0.0f ? a * b : a)"),
+    BinarySpec("Max", np.maximum, "(a > b || b != b ? a : b)", "(a > b ? a : b)"),
+    BinarySpec("Min", np.minimum, "(a < b || b != b ? a : b)", "(a < b ? a : b)"),
+]
+INT_TYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
+
+
+class BinaryOp(OpDef):
+    """y = a OP b with numpy broadcasting; Max/Min/Sum/Mean with more inputs become chains."""
+
+    template = "binary.c.j2"
+    inplace = True
+    layout_agnostic = True
+
+    def __init__(self, spec: BinarySpec) -> None:
+        self.spec = spec
+        self.op = spec.name
+        self.onnx_ops = (spec.name,)
+        self.dtypes = ("float32",) + (INT_TYPES if spec.c_int else ())
+
+    def import_onnx(self, ctx):  # type: ignore[override]
+        if ctx.opset < 7 and (ctx.has_attr("broadcast") or ctx.has_attr("axis")):
+            if ctx.attr("axis") is not None and ctx.attr("broadcast", 0):
+                ctx.unsupported("legacy axis-broadcasting (opset < 7) is not supported")
+        ins = [i for i in ctx.inputs if i]
+        if self.op == "PRelu" and len(ins) == 2:
+            pass
+        if ctx.dtype(0) != ctx.dtype(1) if len(ins) > 1 else False:
+            if self.op == "Pow" and ctx.dtype(0) == "float32":
+                pass  # exponent of another type is converted below
+            else:
+                ctx.unsupported(f"mixed element types {ctx.dtype(0)} and {ctx.dtype(1)}")
+        if len(ins) == 1:
+            return ctx.make_node("Identity", inputs=ins)
+        if len(ins) == 2:
+            if self.op == "Pow" and ctx.dtype(1) != ctx.dtype(0):
+                b = ctx.const(1)
+                if b is None:
+                    ctx.unsupported(f"exponent of type {ctx.dtype(1)} must be a constant")
+                ins = [ins[0], ctx.add_constant("exponent", b.astype(ctx.dtype(0)))]
+            if self.op == "PRelu":
+                # ONNX PRelu broadcasts the slope unidirectionally to x
+                pass
+            return ctx.make_node(self.op, inputs=ins)
+        # variadic Max/Min: a chain of binaries
+        nodes = []
+        acc = ins[0]
+        for k, b in enumerate(ins[1:]):
+            out = ctx.outputs[0] if k == len(ins) - 2 else ctx.graph.unique_name(f"{ctx.name}_part{k}")
+            nodes.append(Node(f"{ctx.name}" + (f"_{k}" if k < len(ins) - 2 else ""), self.op, [acc, b], [out],
+                              {}, source=ctx.name))
+            acc = out
+        return nodes
+
+    def infer(self, node: Node, graph: Graph) -> list[OutputType]:
+        a, b = graph.tensor(node.inputs[0]), graph.tensor(node.inputs[1])
+        return [(_broadcast_shape(a.shape, b.shape), a.dtype)]
+
+    def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        a, b = inputs[0], inputs[1]
+        with np.errstate(all="ignore"):
+            y = np.asarray(self.spec.np_fn(a, b)).astype(a.dtype)
+        act = node.attrs.get("activation")
+        if act:
+            from tinyc.ops.base import get_op
+            y = get_op(act["op"]).apply(act.get("attrs", {}), y)  # type: ignore[attr-defined]
+        return [y]
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+        a, b = graph.tensor(node.inputs[0]), graph.tensor(node.inputs[1])
+        out = graph.tensor(node.outputs[0])
+        dims, (sa, sb) = collapse_broadcast(out.shape, [a.shape, b.shape])
+        is_int = out.dtype in INT_TYPES
+        expr = self.spec.c_int if is_int else self.spec.c_float
+        if out.dtype == "float64":
+            expr = expr.replace("powf", "pow")
+        return {"dims": dims, "sa": sa, "sb": sb, "expr": expr, "is_int": is_int}
+
+
+for _spec in BINARY:
+    register_instance(BinaryOp(_spec))
+
+
+class SumMeanOp(OpDef):
+    """Variadic Sum/Mean: imported as Add chains (and a scale for Mean)."""
+
+    def __init__(self, name: str) -> None:
+        self.op = f"_{name}"
+        self.onnx_ops = (name,)
+        self.kind = name
+
+    def import_onnx(self, ctx):  # type: ignore[override]
+        ins = [i for i in ctx.inputs if i]
+        nodes: list[Node] = []
+        if len(ins) == 1 and self.kind == "Sum":
+            return ctx.make_node("Identity", inputs=ins)
+        acc = ins[0]
+        for k, b in enumerate(ins[1:]):
+            last = k == len(ins) - 2 and self.kind == "Sum"
+            out = ctx.outputs[0] if last else ctx.graph.unique_name(f"{ctx.name}_part{k}")
+            nodes.append(Node(f"{ctx.name}_{k}", "Add", [acc, b], [out], {}, source=ctx.name))
+            acc = out
+        if self.kind == "Mean":
+            scale = ctx.add_constant("inv_n", np.asarray(1.0 / len(ins), dtype=ctx.dtype(0)))
+            nodes.append(Node(f"{ctx.name}_scale", "Mul", [acc, scale], [ctx.outputs[0]], {}, source=ctx.name))
+        return nodes
+
+
+register_instance(SumMeanOp("Sum"))
+register_instance(SumMeanOp("Mean"))

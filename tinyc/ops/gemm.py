@@ -1,0 +1,172 @@
+"""Gemm and MatMul (fully connected layers and general batched matrix products).
+
+A constant right-hand side is stored pre-transposed as [K, N] with alpha folded in, so the
+inner loop of the kernel walks output columns contiguously and vectorises.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tinyc.ir import Graph, Node
+from tinyc.ops.base import OpDef, OutputType, broadcast_strides, register
+from tinyc.ops.conv import apply_activation
+
+MM_TYPES = ("float32",)
+
+
+@register
+class Gemm(OpDef):
+    """y[M,N] = alpha * A' @ B' + beta * C (A' = A or A^T, B' likewise; C broadcast to [M, N])."""
+
+    op = "Gemm"
+    onnx_ops = ("Gemm",)
+    template = "gemm.c.j2"
+
+    def import_onnx(self, ctx):  # type: ignore[override]
+        if ctx.dtype(0) not in MM_TYPES:
+            ctx.unsupported(f"element type {ctx.dtype(0)} (float32 only)")
+        alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
+        ta, tb = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))
+        ins = list(ctx.inputs[:2])
+        b = ctx.const(1)
+        if b is not None:
+            b2 = b.T if tb else b
+            ins[1] = ctx.add_constant("weight_kn", np.ascontiguousarray(b2 * np.float32(alpha)).astype(np.float32))
+            tb, alpha = 0, 1.0
+        if ctx.has_input(2):
+            c = ctx.const(2)
+            if c is not None:
+                ins.append(ctx.add_constant("bias", (c * np.float32(beta)).astype(np.float32)))
+                beta = 1.0
+            else:
+                ins.append(ctx.inputs[2])
+        return ctx.make_node("Gemm", inputs=ins, transA=ta, transB=tb, alpha=alpha, beta=beta)
+
+    def dims(self, node: Node, graph: Graph) -> tuple[int, int, int]:
+        a = graph.tensor(node.inputs[0]).shape
+        b = graph.tensor(node.inputs[1]).shape
+        M, K = (a[1], a[0]) if node.attrs["transA"] else (a[0], a[1])
+        N = b[0] if node.attrs["transB"] else b[1]
+        return int(M), int(K), int(N)
+
+    def infer(self, node: Node, graph: Graph) -> list[OutputType]:
+        M, K, N = self.dims(node, graph)
+        return [((M, N), "float32")]
+
+    def macs(self, node: Node, graph: Graph) -> int:
+        M, K, N = self.dims(node, graph)
+        return M * K * N
+
+    def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        a = inputs[0].astype(np.float64)
+        b = inputs[1].astype(np.float64)
+        if node.attrs["transA"]:
+            a = a.T
+        if node.attrs["transB"]:
+            b = b.T
+        y = node.attrs["alpha"] * (a @ b)
+        if len(inputs) > 2 and inputs[2] is not None:
+            y = y + node.attrs["beta"] * inputs[2].astype(np.float64)
+        return [apply_activation(node, y.astype(np.float32))]
+
+    def knobs(self, node: Node, graph: Graph) -> dict[str, list[Any]]:
+        M, K, N = self.dims(node, graph)
+        if node.attrs["transB"] or node.attrs["transA"]:
+            return {"variant": ["strided"]}
+        n_tiles = [t for t in (32, 16, 8, 24, 12, 4) if N % t == 0]
+        m_tiles = [t for t in (1, 2, 4) if M % t == 0]
+        variants = (["tiled"] if n_tiles else []) + ["rowacc"]
+        return {"variant": variants, "n_tile": n_tiles or [1], "m_tile": m_tiles}
+
+    def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
+        ks = self.knobs(node, graph)
+        s = {k: v[0] for k, v in ks.items()}
+        if "m_tile" in ks:
+            s["m_tile"] = max(ks["m_tile"]) if s.get("n_tile", 1) <= 16 else 1
+        return s
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+        M, K, N = self.dims(node, graph)
+        sched = schedule or self.default_schedule(node, graph, "host")
+        ta, tb = node.attrs["transA"], node.attrs["transB"]
+        ctx: dict[str, Any] = dict(M=M, K=K, N=N, variant=sched["variant"], n_tile=sched.get("n_tile", 1),
+                                   m_tile=sched.get("m_tile", 1),
+                                   sa=(1, M) if ta else (K, 1), sb=(1, K) if tb else (N, 1),
+                                   alpha=node.attrs["alpha"], beta=node.attrs["beta"], has_c=len(node.inputs) > 2)
+        if ctx["has_c"]:
+            cs = broadcast_strides(graph.tensor(node.inputs[2]).shape, (M, N))
+            ctx["sc"] = cs
+        return ctx
+
+
+@register
+class MatMul(OpDef):
+    """numpy.matmul: batched, broadcasting over leading dims. With a constant 2D right-hand side
+    it imports as Gemm over the flattened rows (reshapes are free)."""
+
+    op = "MatMul"
+    onnx_ops = ("MatMul",)
+    template = "matmul.c.j2"
+    dtypes = MM_TYPES
+
+    def import_onnx(self, ctx):  # type: ignore[override]
+        if ctx.dtype(0) not in MM_TYPES:
+            ctx.unsupported(f"element type {ctx.dtype(0)} (float32 only)")
+        a_shape, b_shape = ctx.shape(0), ctx.shape(1)
+        b = ctx.const(1)
+        if b is not None and b.ndim == 2 and len(a_shape) >= 2:
+            rows = int(np.prod(a_shape[:-1]))
+            g = ctx.graph
+            nodes = []
+            a_in = ctx.inputs[0]
+            if len(a_shape) != 2:
+                a_in = g.unique_name(f"{ctx.name}_rows")
+                nodes.append(Node(f"{ctx.name}_flatten", "Reshape", [ctx.inputs[0]], [a_in],
+                                  {"shape": [rows, a_shape[-1]]}, source=ctx.name))
+            out = ctx.outputs[0] if len(a_shape) == 2 else g.unique_name(f"{ctx.name}_gemm")
+            w = ctx.add_constant("weight_kn", np.ascontiguousarray(b.astype(np.float32)))
+            nodes.append(Node(ctx.name, "Gemm", [a_in, w], [out],
+                              {"transA": 0, "transB": 0, "alpha": 1.0, "beta": 1.0}, source=ctx.name))
+            if len(a_shape) != 2:
+                nodes.append(Node(f"{ctx.name}_unflatten", "Reshape", [out], [ctx.outputs[0]],
+                                  {"shape": [*a_shape[:-1], b.shape[1]]}, source=ctx.name))
+            return nodes
+        return ctx.make_node("MatMul")
+
+    @staticmethod
+    def _shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[list[int], int, int, int, tuple[int, ...]]:
+        a2 = (1, *a) if len(a) == 1 else a
+        b2 = (*b, 1) if len(b) == 1 else b
+        batch = list(np.broadcast_shapes(a2[:-2], b2[:-2]))
+        M, K, N = a2[-2], a2[-1], b2[-1]
+        out = [*batch, M, N]
+        if len(a) == 1:
+            out.pop(-2)
+        if len(b) == 1:
+            out.pop(-1)
+        return batch, int(M), int(K), int(N), tuple(int(d) for d in out)
+
+    def infer(self, node: Node, graph: Graph) -> list[OutputType]:
+        a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
+        return [(self._shapes(a, b)[4], graph.tensor(node.inputs[0]).dtype)]
+
+    def macs(self, node: Node, graph: Graph) -> int:
+        a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
+        batch, M, K, N, _ = self._shapes(a, b)
+        return int(np.prod(batch, dtype=np.int64)) * M * K * N
+
+    def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        y = np.matmul(inputs[0].astype(np.float64), inputs[1].astype(np.float64)).astype(inputs[0].dtype)
+        return [apply_activation(node, y)]
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+        a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
+        batch, M, K, N, _ = self._shapes(a, b)
+        a2 = (1, *a) if len(a) == 1 else a
+        b2 = (*b, 1) if len(b) == 1 else b
+        sa = broadcast_strides(tuple(a2[:-2]), tuple(batch)) if batch else []
+        sb = broadcast_strides(tuple(b2[:-2]), tuple(batch)) if batch else []
+        return dict(batch=batch or [1], bsa=[s * M * K for s in sa] or [0], bsb=[s * K * N for s in sb] or [0],
+                    M=M, K=K, N=N)

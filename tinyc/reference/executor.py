@@ -1,0 +1,41 @@
+"""Runs a tinyc Graph with each op's numpy reference.
+
+Used as the oracle the C code is tested against, and to collect intermediate tensors.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from tinyc.errors import RunError
+from tinyc.ir import Graph
+from tinyc.ops import get_op
+
+
+def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray], keep_all: bool = False) -> dict[str, np.ndarray]:
+    """Execute `graph` on `feeds` (one inference, exact input shapes). Returns the graph outputs,
+    or every tensor when `keep_all` is set."""
+    env: dict[str, np.ndarray] = {}
+    for name in graph.inputs:
+        if name not in feeds:
+            raise RunError(f"missing input '{name}' (model inputs: {', '.join(graph.inputs)})")
+        t = graph.tensor(name)
+        value = np.asarray(feeds[name])
+        if tuple(value.shape) != t.shape:
+            raise RunError(f"input '{name}' has shape {tuple(value.shape)}, the model expects {t.shape}")
+        env[name] = value.astype(t.dtype, copy=False)
+    for name, t in graph.tensors.items():
+        if t.is_constant:
+            env[name] = t.data  # type: ignore[assignment]
+    for node in graph.nodes:
+        opdef = get_op(node.op)
+        args = [env[i] if i else None for i in node.inputs]
+        outs = opdef.reference(node, graph, args)
+        for name, value in zip(node.outputs, outs):
+            if name:
+                t = graph.tensor(name)
+                env[name] = np.asarray(value).astype(t.dtype, copy=False).reshape(t.shape)
+    if keep_all:
+        return env
+    return {o: env[o] for o in graph.outputs}

@@ -1,0 +1,1 @@
+"""Build and run targets: host (CMake + shared library) today; boards and OpenCL later."""
