@@ -26,11 +26,12 @@ class CompileResult:
 
 
 def load(model: Any, input_shapes: Sequence[str] | Mapping[str, Sequence[int]] | None = None,
-         name: str | None = None, io_layout: str = "onnx") -> Graph:
-    """Import an ONNX model (path or ModelProto) and run the optimisation passes."""
+         name: str | None = None, io_layout: str = "onnx", bind: Mapping[str, Any] | None = None) -> Graph:
+    """Import an ONNX model (path or ModelProto) and run the optimisation passes.
+    `bind` freezes named inputs to constants (e.g. a Reshape's shape fed as an input)."""
     from tinyc.frontend import import_onnx
     from tinyc.passes import run_passes
-    graph = import_onnx(model, input_shapes=input_shapes, name=name)
+    graph = import_onnx(model, input_shapes=input_shapes, name=name, bind=bind)
     return run_passes(graph, io_layout=io_layout)
 
 
@@ -44,13 +45,13 @@ def inspect(model: Any, input_shapes: Sequence[str] | Mapping[str, Sequence[int]
 def compile(model: Any, output_dir: str | os.PathLike, target: str = "host",
             input_shapes: Sequence[str] | Mapping[str, Sequence[int]] | None = None,
             name: str | None = None, io_layout: str = "onnx", cflags: str | None = None,
-            build: bool = False) -> CompileResult:
+            build: bool = False, bind: Mapping[str, Any] | None = None) -> CompileResult:
     """Compile `model` to C in `output_dir` (sources, CMake project, report.json)."""
     from tinyc.codegen import generate
     from tinyc.targets import host
     if target not in TARGETS:
         raise UsageError(f"unknown target '{target}' (available: {', '.join(TARGETS)})")
-    graph = model if isinstance(model, Graph) else load(model, input_shapes, name=name, io_layout=io_layout)
+    graph = model if isinstance(model, Graph) else load(model, input_shapes, name=name, io_layout=io_layout, bind=bind)
     out = Path(output_dir)
     gen = generate(graph, prefix=name)
     host.write_project(out, gen.files, gen.manifest, cflags if cflags is not None else host.DEFAULT_CFLAGS)

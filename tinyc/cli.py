@@ -9,6 +9,25 @@ from tinyc import __version__
 from tinyc.errors import TinycError
 
 
+def _bindings(specs: list[str] | None) -> dict[str, object] | None:
+    """--bind NAME=FILE.npy freezes a model input to a constant."""
+    if not specs:
+        return None
+    import numpy as np
+
+    from tinyc.errors import UsageError
+    out: dict[str, object] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            raise UsageError(f"--bind '{spec}': expected NAME=FILE.npy")
+        try:
+            out[name] = np.load(path, allow_pickle=False)
+        except Exception as exc:
+            raise UsageError(f"--bind {name}: cannot read {path}: {exc}") from None
+    return out
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from tinyc.api import inspect
     sys.stdout.write(inspect(args.model, args.input_shape, io_layout=args.io_layout))
@@ -18,7 +37,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_compile(args: argparse.Namespace) -> int:
     from tinyc.api import compile
     res = compile(args.model, args.output, target=args.target, input_shapes=args.input_shape, name=args.name,
-                  io_layout=args.io_layout, cflags=args.cflags, build=args.build)
+                  io_layout=args.io_layout, cflags=args.cflags, build=args.build, bind=_bindings(args.bind))
     r = res.report
     print(f"compiled '{r['model']}' for {args.target} -> {res.output_dir}")
     print(f"  layers {len(r['layers'])}, MACs {r['macs']:,}, params {r['params']:,}, weights {r['weights_bytes']:,} B")
@@ -63,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--name", help="C symbol prefix (default: model file name)")
     sp.add_argument("--cflags", help="C flags for the host build (default: -O3 -march=native -fno-math-errno)")
     sp.add_argument("--build", action="store_true", help="also build it now")
+    sp.add_argument("--bind", action="append", metavar="NAME=FILE.npy",
+                    help="freeze a model input to a constant value (repeatable)")
     sp.set_defaults(func=_cmd_compile)
 
     sp = sub.add_parser("run", help="build (if needed) and run a compiled project on inputs from an .npz")

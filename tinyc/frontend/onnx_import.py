@@ -109,8 +109,11 @@ def _opset(model: onnx.ModelProto) -> int:
 
 def import_onnx(model: onnx.ModelProto | str | os.PathLike,
                 input_shapes: Sequence[str] | Mapping[str, Sequence[int]] | None = None,
-                name: str | None = None) -> Graph:
-    """Import an ONNX model (object or path) into a tinyc Graph with static shapes."""
+                name: str | None = None, bind: Mapping[str, np.ndarray] | None = None) -> Graph:
+    """Import an ONNX model (object or path) into a tinyc Graph with static shapes.
+
+    `bind` freezes graph inputs to constant values (like TVM's bound params): an ahead-of-time
+    compiler needs shape/axes/indices inputs known, and users often feed them as inputs."""
     if not isinstance(model, onnx.ModelProto):
         default_name = Path(model).stem
         model = load_onnx(model)
@@ -133,9 +136,18 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
     for t in initializers.values():
         g.add_constant(t.name, numpy_helper.to_array(t))
 
+    bind = dict(bind or {})
+    graph_inputs = {vi.name for vi in model.graph.input}
+    for k, v in bind.items():
+        if k not in graph_inputs:
+            raise ShapeError(f"cannot bind '{k}': not a model input (inputs: {', '.join(sorted(graph_inputs))})")
     unknown = set(shapes)
     for vi in model.graph.input:
         if vi.name in initializers:
+            continue
+        if vi.name in bind:
+            dtype = _np_dtype_name(vi.type.tensor_type.elem_type)
+            g.add_constant(vi.name, np.asarray(bind[vi.name]).astype(dtype))
             continue
         tt = vi.type.tensor_type
         dtype = _np_dtype_name(tt.elem_type)
