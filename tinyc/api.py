@@ -54,7 +54,7 @@ def compile(model: Any, output_dir: str | os.PathLike, target: str = "host",
     graph = model if isinstance(model, Graph) else load(model, input_shapes, name=name, io_layout=io_layout, bind=bind)
     out = Path(output_dir)
     gen = generate(graph, prefix=name)
-    host.write_project(out, gen.files, gen.manifest, cflags if cflags is not None else host.DEFAULT_CFLAGS)
+    host.write_project(out, gen.files, gen.manifest, cflags if cflags is not None else host.default_cflags())
     report = dict(gen.report, target=target)
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     if build:

@@ -16,7 +16,13 @@ from tinyc import __version__
 from tinyc.errors import BuildError, RunError
 from tinyc.resources import runtime_dir, templates_dir
 
-DEFAULT_CFLAGS = "-O3 -march=native -fno-math-errno"
+
+
+def default_cflags() -> str:
+    """The host board's flags (boards/host.toml), so one place says how host code is built."""
+    from tinyc.targets.boards import load_board
+    return str(load_board("host").get("toolchain", {}).get("cflags", "-O3"))
+
 MANIFEST = "tinyc.json"
 
 
@@ -123,6 +129,7 @@ def run_batch(out_dir: str | os.PathLike, inputs: Mapping[str, np.ndarray]) -> d
     manifest = load_manifest(out)
     lib = build(out)
     model = HostModel(lib, manifest)
+    inputs = resolve_input_names(manifest, inputs)
     n, mode = batch_size(manifest, inputs)
     results: dict[str, list[np.ndarray]] = {o["name"]: [] for o in manifest["outputs"]}
     for k in range(n):
@@ -148,6 +155,17 @@ def stack_outputs(results: dict[str, list[np.ndarray]], mode: str) -> dict[str, 
         return {name: np.stack(v) for name, v in results.items()}
     return {name: np.concatenate([x.reshape(1, *x.shape[1:]) if x.ndim else x.reshape(1) for x in v])
             for name, v in results.items()}
+
+
+def resolve_input_names(manifest: dict[str, Any], inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A one-input model also accepts an npz whose data array is called 'x' (or is the only one)."""
+    names = [s["name"] for s in manifest["inputs"]]
+    inputs = dict(inputs)
+    if len(names) == 1 and names[0] not in inputs:
+        data_keys = [k for k in inputs if k not in ("y", "label", "labels")]
+        if "x" in inputs or len(data_keys) == 1:
+            inputs[names[0]] = inputs["x" if "x" in inputs else data_keys[0]]
+    return inputs
 
 
 def batch_size(manifest: dict[str, Any], inputs: Mapping[str, np.ndarray]) -> tuple[int, str]:

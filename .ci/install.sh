@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Idempotent setup on a fresh Debian machine (as root): system packages, then a virtual
+# environment with tinyc installed editable plus its dev extras. Safe to run repeatedly:
+# each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+command -v make >/dev/null 2>&1 || need+=(make)
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    need+=(python3-venv)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+    echo "[tinyc setup] apt-get install ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+VENV="${TINYC_VENV:-.venv}"
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "[tinyc setup] creating virtual environment $VENV"
+    python3 -m venv "$VENV"
+fi
+stamp="$VENV/.tinyc-install-stamp"
+want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! "$VENV/bin/python" -c 'import tinyc' >/dev/null 2>&1; then
+    echo "[tinyc setup] pip install -e .[dev]"
+    "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+    "$VENV/bin/python" -m pip install -q -e ".[dev]"
+    echo "$want" > "$stamp"
+fi
