@@ -30,6 +30,21 @@ def c_identifier(text: str, fallback: str = "model") -> str:
     return ident
 
 
+def c_string_literal(text: str) -> tuple[str, int]:
+    """Escape `text` (UTF-8) for a C string literal; returns (content, byte length)."""
+    raw = text.encode("utf-8")
+    out = []
+    for b in raw:
+        ch = chr(b)
+        if ch in '"\\?':
+            out.append("\\" + ch)
+        elif 32 <= b < 127:
+            out.append(ch)
+        else:
+            out.append(f"\\{b:03o}")
+    return "".join(out), len(raw)
+
+
 @dataclass
 class TensorView:
     """What a kernel template knows about one operand."""
@@ -72,6 +87,8 @@ class Layer:
     code: str
     params: list[KernelParam]
     comment: str
+    name_literal: str = ""   # the ONNX node name as C string-literal content
+    name_bytes: int = 0
 
 
 @dataclass
@@ -195,7 +212,8 @@ def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str
         src = node.source or node.name
         comment = f"layer {idx}: {node.op} '{src}' -> {shapes}" + (
             f" schedule {sched}" if sched else "")
-        layers.append(Layer(idx, node, fn, code.rstrip() + "\n", params, comment.replace("*/", "* /")))
+        lit, nbytes = c_string_literal(src)
+        layers.append(Layer(idx, node, fn, code.rstrip() + "\n", params, comment.replace("*/", "* /"), lit, nbytes))
 
     used: set[str] = set()
     io_inputs = [_io_view(graph, n, n, "in", k, layout, used) for k, n in enumerate(graph.inputs)]
@@ -204,10 +222,13 @@ def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str
         if o["const"]:
             o["src"] = weight(o["tensor"])
 
+    offsets = [0]
+    for layer in layers:
+        offsets.append(offsets[-1] + layer.name_bytes + 1)
     guard = f"TINYC_{prefix.upper()}_H"
     common = dict(prefix=prefix, version=__version__, model=graph.name, arena_bytes=layout.arena_bytes,
                   inputs=io_inputs, outputs=io_outputs, layers=layers, weights=weights, guard=guard,
-                  nlayers=len(layers))
+                  nlayers=len(layers), layer_name_offsets=offsets)
     files = {
         f"{prefix}.h": env.get_template("model.h.j2").render(**common),
         f"{prefix}.c": env.get_template("model.c.j2").render(**common),

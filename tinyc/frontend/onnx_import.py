@@ -124,12 +124,12 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
     if opset < MIN_OPSET:
         raise UnsupportedError(f"model uses ai.onnx opset {opset}; tinyc needs opset {MIN_OPSET} or newer "
                                f"(11+ recommended)")
+    _check_ops(model)  # before the checker: it also rejects unknown ops, less helpfully
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid model"
         raise ModelLoadError(f"the ONNX checker rejected the model: {first}") from None
-    _check_ops(model)
 
     g = Graph(name=name or default_name)
     initializers = {t.name: t for t in model.graph.initializer}

@@ -1,0 +1,40 @@
+"""Helpers shared by tests: tiny ONNX model builders and paths to shared data."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+REPO = Path(__file__).resolve().parent.parent
+MLPERF = REPO.parent / "shared" / "models" / "mlperf_tiny"
+ONNX_DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
+MLPERF_MODELS = ["mlperf_kws_dscnn", "mlperf_vww_mobilenetv1_025", "mlperf_ic_resnet8", "mlperf_ad_fc_autoencoder"]
+
+
+def make_model(nodes: list[onnx.NodeProto], inputs: list[tuple[str, list[int | str]]],
+               outputs: list[tuple[str, list[int | str] | None]], initializers: dict[str, np.ndarray] | None = None,
+               opset: int = 17, name: str = "test") -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes, name,
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
+        initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in (initializers or {}).items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def ort_run(model: onnx.ModelProto | str | Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    src = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    sess = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
