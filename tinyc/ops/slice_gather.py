@@ -51,6 +51,15 @@ def _check_dtype(ctx: Any, i: int = 0) -> None:
         ctx.unsupported(f"element type {ctx.dtype(i)} is not supported (supported: {', '.join(ALL_DTYPES)})")
 
 
+def reject_empty(ctx: Any, shape: Sequence[int], what: str = "output") -> None:
+    """Zero-size tensors cannot cross the generated C API (no zero-length arrays in ISO C).
+    Nodes whose inputs are all constant fold at import (shape arithmetic), so they may be empty."""
+    if all(ctx.const(i) is not None for i in range(len(ctx.inputs)) if ctx.has_input(i)):
+        return
+    if any(int(d) == 0 for d in shape):
+        ctx.unsupported(f"zero-size {what} {tuple(int(d) for d in shape)} is not supported")
+
+
 def _remap(values: list[Any], perm: list[int]) -> list[Any]:
     """Per-axis values of the old (transposed) input, re-indexed for the untransposed one."""
     out = list(values)
@@ -114,6 +123,7 @@ class Slice(OpDef):
         first, step, count = resolve_slice(shape, _ints(starts), _ints(ends),
                                            None if axes is None else _ints(axes),
                                            None if steps is None else _ints(steps), _where(ctx))
+        reject_empty(ctx, count)
         return ctx.make_node("Slice", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], starts=first,
                              steps=step, counts=count)
 
@@ -163,6 +173,7 @@ class Tile(OpDef):
             ctx.unsupported(f"repeats has {len(reps)} entries for an input of rank {rank}")
         if any(r < 0 for r in reps):
             ctx.unsupported(f"negative repeats {reps}")
+        reject_empty(ctx, [d * r for d, r in zip(ctx.shape(0), reps)])
         return ctx.make_node("Tile", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], repeats=reps)
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
@@ -208,6 +219,7 @@ class Expand(OpDef):
             out = tuple(int(d) for d in np.broadcast_shapes(ctx.shape(0), tuple(target)))
         except ValueError:
             ctx.unsupported(f"input shape {ctx.shape(0)} cannot be expanded to {target}")
+        reject_empty(ctx, out)
         return ctx.make_node("Expand", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], shape=list(out))
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
@@ -251,6 +263,7 @@ class Gather(OpDef):
             ctx.unsupported("Gather on a scalar")
         axis = normalize_axis(int(ctx.attr("axis", 0)), rank, _where(ctx))
         n = shape[axis]
+        reject_empty(ctx, tuple(shape[:axis]) + tuple(ctx.shape(1)) + tuple(shape[axis + 1:]))
         idx = ctx.const(1)
         if idx is not None:
             idx = np.asarray(idx).astype(np.int64)

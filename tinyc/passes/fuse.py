@@ -4,7 +4,7 @@ from __future__ import annotations
 from tinyc.ir import Graph
 from tinyc.ops import get_op
 
-FUSE_INTO = {"Conv", "Gemm", "MatMul", "Add", "Sub", "Mul", "ChannelAffine"}
+FUSE_INTO = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Sub", "Mul", "ChannelAffine"}
 
 
 def fuse_activations(graph: Graph) -> bool:
