@@ -30,6 +30,11 @@ def c_identifier(text: str, fallback: str = "model") -> str:
     return ident
 
 
+def _overlap(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool:
+    """Whether two arena byte ranges overlap: such operands must not be `restrict`."""
+    return a is not None and b is not None and a[0] < b[1] and b[0] < a[1]
+
+
 def c_string_literal(text: str) -> tuple[str, int]:
     """Escape `text` (UTF-8) for a C string literal; returns (content, byte length)."""
     raw = text.encode("utf-8")
@@ -166,6 +171,13 @@ def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str
         off = layout.offsets[layout.buffer_of(name)]
         return f"({'' if writable else 'const '}{ct} *)(arena + {off})"
 
+    def arena_range(name: str) -> tuple[int, int] | None:
+        t = graph.tensor(name)
+        if t.is_constant:
+            return None
+        off = layout.offsets[layout.buffer_of(name)]
+        return off, off + t.nbytes
+
     layers: list[Layer] = []
     code_nodes = [n for n in graph.nodes if not get_op(n.op).alias]
     for idx, node in enumerate(code_nodes):
@@ -175,7 +187,6 @@ def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str
             raise UnsupportedError(f"node '{node.source or node.name}' ({node.op}) has no C kernel")
         sched = schedules.get(node.name, {})
         ins, outs, params = [], [], []
-        out_buffers = {layout.buffer_of(o) for o in node.outputs if o}
         for i, name in enumerate(node.inputs):
             if not name:
                 ins.append(None)
@@ -183,7 +194,8 @@ def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str
             t = graph.tensor(name)
             pname = f"in{i}"
             ins.append(TensorView(name, t.shape, t.dtype, ctype(t.dtype), pname, t.is_constant, t.data))
-            shared = (not t.is_constant) and layout.buffer_of(name) in out_buffers
+            shared = (not t.is_constant) and any(_overlap(arena_range(name), arena_range(o))
+                                                 for o in node.outputs if o)
             params.append(KernelParam(pname, ctype(t.dtype), True, not shared, pointer(name, False)))
         for j, name in enumerate(node.outputs):
             if not name:
@@ -192,8 +204,7 @@ def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str
             t = graph.tensor(name)
             pname = f"out{j}"
             outs.append(TensorView(name, t.shape, t.dtype, ctype(t.dtype), pname, False))
-            shared = any(i and not graph.tensor(i).is_constant and layout.buffer_of(i) == layout.buffer_of(name)
-                         for i in node.inputs)
+            shared = any(_overlap(arena_range(i), arena_range(name)) for i in node.inputs if i)
             params.append(KernelParam(pname, ctype(t.dtype), False, not shared, pointer(name, True)))
         scratch = layout.scratch.get(node.name)
         if scratch is not None:

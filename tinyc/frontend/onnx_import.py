@@ -63,11 +63,15 @@ def _load_external_data(model: onnx.ModelProto, base: Path) -> None:
 
 
 def _np_dtype_name(elem_type: int) -> str:
+    from tinyc.ir import DTYPE_BYTES
     try:
-        return str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)))
+        name = str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)))
     except Exception:
+        name = ""
+    if name not in DTYPE_BYTES:
         raise UnsupportedError(
-            f"tensor element type {onnx.TensorProto.DataType.Name(elem_type)} is not supported") from None
+            f"tensor element type {onnx.TensorProto.DataType.Name(elem_type)} is not supported")
+    return name
 
 
 def parse_input_shapes(specs: Sequence[str] | Mapping[str, Sequence[int]] | None) -> dict[str, tuple[int, ...]]:

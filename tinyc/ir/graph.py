@@ -96,6 +96,9 @@ class Graph:
 
     def add_constant(self, name: str, data: np.ndarray) -> str:
         data = np.ascontiguousarray(data)
+        if str(data.dtype) not in DTYPE_BYTES:
+            from tinyc.errors import UnsupportedError
+            raise UnsupportedError(f"constant '{name}' has unsupported element type {data.dtype}")
         self.add_tensor(Tensor(name, tuple(int(d) for d in data.shape), str(data.dtype), data))
         return name
 

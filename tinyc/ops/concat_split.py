@@ -9,7 +9,7 @@ import numpy as np
 
 from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, OutputType, normalize_axis, register
-from tinyc.ops.slice_gather import ALL_DTYPES, _check_dtype, _ints, _where, reject_empty
+from tinyc.ops.slice_gather import ALL_DTYPES, _check_dtype, _ints, _where, empty_output, is_empty
 
 
 def _prod(dims: Any) -> int:
@@ -45,7 +45,8 @@ class Concat(OpDef):
                 ctx.unsupported(f"input shapes {shapes} do not agree off axis {axis}")
         out = list(shapes[0])
         out[axis] = sum(s[axis] for s in shapes)
-        reject_empty(ctx, out)
+        if is_empty(out):
+            return empty_output(ctx, 0, out)
         return ctx.make_node("Concat", inputs=ins, outputs=ctx.outputs[:1], axis=axis)
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
@@ -123,11 +124,16 @@ class Split(OpDef):
             sizes = [n // nout] * nout
         if len(sizes) != nout or sum(sizes) != n or any(s < 0 for s in sizes):
             ctx.unsupported(f"split sizes {sizes} do not cover axis {axis} of size {n} with {nout} outputs")
-        for s in sizes:
+        outputs = list(ctx.outputs)
+        for k, s in enumerate(sizes):
             out = list(shape)
             out[axis] = s
-            reject_empty(ctx, out)
-        return ctx.make_node("Split", inputs=ctx.inputs[:1], outputs=list(ctx.outputs), axis=axis, sizes=sizes)
+            if is_empty(out) and outputs[k]:
+                empty_output(ctx, k, out)
+                outputs[k] = ""
+        if not any(outputs):
+            return []
+        return ctx.make_node("Split", inputs=ctx.inputs[:1], outputs=outputs, axis=axis, sizes=sizes)
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         t = graph.tensor(node.inputs[0])

@@ -180,6 +180,8 @@ class BinarySpec:
     np_fn: Callable[[np.ndarray, np.ndarray], np.ndarray]
     c_float: str   # C expression over a, b (float)
     c_int: str | None = None  # C expression for integer types (None: float only)
+    out_dtype: str | None = None  # fixed output type (comparisons: bool); None: the input type
+    only_bool: bool = False   # logical ops take bool inputs only
 
 
 def _div_np(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -204,6 +206,14 @@ BINARY: list[BinarySpec] = [
     BinarySpec("PRelu", lambda a, b: np.where(a < 0, a * b, a).astype(a.dtype), "(a < 0.0f ? a * b : a)"),
     BinarySpec("Max", np.maximum, "(a > b || b != b ? a : b)", "(a > b ? a : b)"),
     BinarySpec("Min", np.minimum, "(a < b || b != b ? a : b)", "(a < b ? a : b)"),
+    BinarySpec("Equal", np.equal, "(a == b)", "(a == b)", "bool"),
+    BinarySpec("Less", np.less, "(a < b)", "(a < b)", "bool"),
+    BinarySpec("Greater", np.greater, "(a > b)", "(a > b)", "bool"),
+    BinarySpec("LessOrEqual", np.less_equal, "(a <= b)", "(a <= b)", "bool"),
+    BinarySpec("GreaterOrEqual", np.greater_equal, "(a >= b)", "(a >= b)", "bool"),
+    BinarySpec("And", np.logical_and, "(a && b)", "(a && b)", "bool", True),
+    BinarySpec("Or", np.logical_or, "(a || b)", "(a || b)", "bool", True),
+    BinarySpec("Xor", np.logical_xor, "((a != 0) != (b != 0))", "((a != 0) != (b != 0))", "bool", True),
 ]
 INT_TYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
 
@@ -219,7 +229,11 @@ class BinaryOp(OpDef):
         self.spec = spec
         self.op = spec.name
         self.onnx_ops = (spec.name,)
-        self.dtypes = ("float32",) + (INT_TYPES if spec.c_int else ())
+        self.dtypes = ("bool",) if spec.only_bool else ("float32",) + (INT_TYPES if spec.c_int else ())
+        if spec.out_dtype == "bool" and not spec.only_bool:
+            self.dtypes = self.dtypes + ("bool",) if spec.name == "Equal" else self.dtypes
+        if spec.out_dtype:
+            self.inplace = False  # the output type differs from the input's
 
     def import_onnx(self, ctx):  # type: ignore[override]
         if ctx.opset < 7 and (ctx.has_attr("broadcast") or ctx.has_attr("axis")):
@@ -257,12 +271,12 @@ class BinaryOp(OpDef):
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         a, b = graph.tensor(node.inputs[0]), graph.tensor(node.inputs[1])
-        return [(_broadcast_shape(a.shape, b.shape), a.dtype)]
+        return [(_broadcast_shape(a.shape, b.shape), self.spec.out_dtype or a.dtype)]
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         a, b = inputs[0], inputs[1]
         with np.errstate(all="ignore"):
-            y = np.asarray(self.spec.np_fn(a, b)).astype(a.dtype)
+            y = np.asarray(self.spec.np_fn(a, b)).astype(self.spec.out_dtype or a.dtype)
         act = node.attrs.get("activation")
         if act:
             from tinyc.ops.base import get_op
@@ -273,7 +287,7 @@ class BinaryOp(OpDef):
         a, b = graph.tensor(node.inputs[0]), graph.tensor(node.inputs[1])
         out = graph.tensor(node.outputs[0])
         dims, (sa, sb) = collapse_broadcast(out.shape, [a.shape, b.shape])
-        is_int = out.dtype in INT_TYPES
+        is_int = a.dtype in INT_TYPES or a.dtype == "bool"
         expr = self.spec.c_int if is_int else self.spec.c_float
         if out.dtype == "float64":
             expr = expr.replace("powf", "pow")
@@ -282,6 +296,58 @@ class BinaryOp(OpDef):
 
 for _spec in BINARY:
     register_instance(BinaryOp(_spec))
+
+
+class NotOp(OpDef):
+    """Logical not on bool tensors."""
+
+    op = "Not"
+    onnx_ops = ("Not",)
+    template = "unary_any.c.j2"
+    inplace = True
+    layout_agnostic = True
+    dtypes = ("bool",)
+
+    def import_onnx(self, ctx):  # type: ignore[override]
+        return ctx.make_node("Not", inputs=ctx.inputs[:1])
+
+    def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.logical_not(inputs[0])]
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+        return {"count": graph.tensor(node.inputs[0]).size, "expr": "(uint8_t)!v"}
+
+
+class WhereOp(OpDef):
+    """y = cond ? x : z with three-way numpy broadcasting."""
+
+    op = "Where"
+    onnx_ops = ("Where",)
+    template = "where.c.j2"
+    layout_agnostic = True
+    dtypes = ("bool",)
+
+    def infer(self, node: Node, graph: Graph) -> list[OutputType]:
+        c, x, z = (graph.tensor(i) for i in node.inputs)
+        return [(tuple(int(d) for d in np.broadcast_shapes(c.shape, x.shape, z.shape)), x.dtype)]
+
+    def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.where(inputs[0], inputs[1], inputs[2])]
+
+    def check_supported(self, node: Node, graph: Graph) -> None:
+        from tinyc.errors import UnsupportedError
+        from tinyc.ops.base import CTYPES
+        if graph.tensor(node.inputs[1]).dtype not in CTYPES:
+            raise UnsupportedError(f"node '{node.source}': Where on {graph.tensor(node.inputs[1]).dtype}")
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+        out = graph.tensor(node.outputs[0])
+        dims, strides = collapse_broadcast(out.shape, [graph.tensor(i).shape for i in node.inputs])
+        return {"dims": dims, "strides": strides}
+
+
+register_instance(NotOp())
+register_instance(WhereOp())
 
 
 class SumMeanOp(OpDef):

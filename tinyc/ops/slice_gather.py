@@ -51,13 +51,13 @@ def _check_dtype(ctx: Any, i: int = 0) -> None:
         ctx.unsupported(f"element type {ctx.dtype(i)} is not supported (supported: {', '.join(ALL_DTYPES)})")
 
 
-def reject_empty(ctx: Any, shape: Sequence[int], what: str = "output") -> None:
-    """Zero-size tensors cannot cross the generated C API (no zero-length arrays in ISO C).
-    Nodes whose inputs are all constant fold at import (shape arithmetic), so they may be empty."""
-    if all(ctx.const(i) is not None for i in range(len(ctx.inputs)) if ctx.has_input(i)):
-        return
-    if any(int(d) == 0 for d in shape):
-        ctx.unsupported(f"zero-size {what} {tuple(int(d) for d in shape)} is not supported")
+def is_empty(shape: Sequence[int]) -> bool:
+    return any(int(d) == 0 for d in shape)
+
+
+def empty_output(ctx: Any, index: int, shape: Sequence[int]) -> list[Node]:
+    """A zero-size result has no values to compute: define it as an empty constant."""
+    return ctx.set_constant(index, np.zeros(tuple(int(d) for d in shape), dtype=ctx.dtype(0)))
 
 
 def _remap(values: list[Any], perm: list[int]) -> list[Any]:
@@ -123,7 +123,8 @@ class Slice(OpDef):
         first, step, count = resolve_slice(shape, _ints(starts), _ints(ends),
                                            None if axes is None else _ints(axes),
                                            None if steps is None else _ints(steps), _where(ctx))
-        reject_empty(ctx, count)
+        if is_empty(count):
+            return empty_output(ctx, 0, count)
         return ctx.make_node("Slice", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], starts=first,
                              steps=step, counts=count)
 
@@ -173,7 +174,8 @@ class Tile(OpDef):
             ctx.unsupported(f"repeats has {len(reps)} entries for an input of rank {rank}")
         if any(r < 0 for r in reps):
             ctx.unsupported(f"negative repeats {reps}")
-        reject_empty(ctx, [d * r for d, r in zip(ctx.shape(0), reps)])
+        if is_empty(ctx.shape(0)) or 0 in reps:
+            return empty_output(ctx, 0, [d * r for d, r in zip(ctx.shape(0), reps)])
         return ctx.make_node("Tile", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], repeats=reps)
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
@@ -219,7 +221,8 @@ class Expand(OpDef):
             out = tuple(int(d) for d in np.broadcast_shapes(ctx.shape(0), tuple(target)))
         except ValueError:
             ctx.unsupported(f"input shape {ctx.shape(0)} cannot be expanded to {target}")
-        reject_empty(ctx, out)
+        if is_empty(out):
+            return empty_output(ctx, 0, out)
         return ctx.make_node("Expand", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], shape=list(out))
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
@@ -263,7 +266,9 @@ class Gather(OpDef):
             ctx.unsupported("Gather on a scalar")
         axis = normalize_axis(int(ctx.attr("axis", 0)), rank, _where(ctx))
         n = shape[axis]
-        reject_empty(ctx, tuple(shape[:axis]) + tuple(ctx.shape(1)) + tuple(shape[axis + 1:]))
+        out_shape = tuple(shape[:axis]) + tuple(ctx.shape(1)) + tuple(shape[axis + 1:])
+        if is_empty(out_shape):
+            return empty_output(ctx, 0, out_shape)
         idx = ctx.const(1)
         if idx is not None:
             idx = np.asarray(idx).astype(np.int64)
