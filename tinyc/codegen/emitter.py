@@ -233,13 +233,10 @@ def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str
         if o["const"]:
             o["src"] = weight(o["tensor"])
 
-    offsets = [0]
-    for layer in layers:
-        offsets.append(offsets[-1] + layer.name_bytes + 1)
     guard = f"TINYC_{prefix.upper()}_H"
     common = dict(prefix=prefix, version=__version__, model=graph.name, arena_bytes=layout.arena_bytes,
                   inputs=io_inputs, outputs=io_outputs, layers=layers, weights=weights, guard=guard,
-                  nlayers=len(layers), layer_name_offsets=offsets)
+                  nlayers=len(layers))
     files = {
         f"{prefix}.h": env.get_template("model.h.j2").render(**common),
         f"{prefix}.c": env.get_template("model.c.j2").render(**common),

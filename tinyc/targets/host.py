@@ -198,3 +198,30 @@ def batch_size(manifest: dict[str, Any], inputs: Mapping[str, np.ndarray]) -> tu
     if len(counts) > 1:
         raise RunError(f"inputs disagree on the number of inferences: {sorted(counts)}")
     return (counts.pop() if counts else 1), (modes.pop() if modes else "exact")
+
+
+def profile_layers(out_dir: str | os.PathLike, feeds: Mapping[str, np.ndarray], repeat: int = 50) -> list[dict[str, Any]]:
+    """Median wall time of each layer (run in order on real data through `<prefix>_run_layer`)."""
+    import time
+    out = Path(out_dir)
+    manifest = load_manifest(out)
+    model = HostModel(build(out), manifest)
+    model(feeds)  # fills the arena with real intermediate values
+    prefix = manifest["prefix"]
+    run_layer = getattr(model.lib, f"{prefix}_run_layer")
+    run_layer.argtypes = [ctypes.c_int32]
+    name_of = getattr(model.lib, f"{prefix}_layer_name")
+    name_of.argtypes = [ctypes.c_int32]
+    name_of.restype = ctypes.c_char_p
+    times: list[list[float]] = []
+    k = 0
+    while name_of(k) is not None:
+        times.append([])
+        k += 1
+    for _ in range(repeat):
+        for i in range(len(times)):
+            t0 = time.perf_counter()
+            run_layer(i)
+            times[i].append(time.perf_counter() - t0)
+    return [{"index": i, "name": name_of(i).decode("utf-8", "replace"), "median_us": float(np.median(t)) * 1e6}
+            for i, t in enumerate(times)]
