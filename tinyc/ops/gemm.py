@@ -75,16 +75,19 @@ class Gemm(OpDef):
         M, K, N = self.dims(node, graph)
         if node.attrs["transB"] or node.attrs["transA"]:
             return {"variant": ["strided"]}
-        n_tiles = [t for t in (32, 16, 8, 24, 12, 4) if N % t == 0]
-        m_tiles = [t for t in (1, 2, 4) if M % t == 0]
-        variants = (["tiled"] if n_tiles else []) + ["rowacc"]
-        return {"variant": variants, "n_tile": n_tiles or [1], "m_tile": m_tiles}
+        n_tiles = [t for t in (32, 16, 8, 4, 2, 1) if t <= N]
+        if N < 32 and N not in n_tiles:
+            n_tiles.insert(0, N)
+        m_tiles = [t for t in (4, 2, 1) if t <= M]
+        return {"variant": ["tiled", "rowacc"], "n_tile": n_tiles, "m_tile": m_tiles}
 
     def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
+        """Tiles need not divide M or N (tail tiles); up to 4 rows share each weight load."""
         ks = self.knobs(node, graph)
         s = {k: v[0] for k, v in ks.items()}
         if "m_tile" in ks:
-            s["m_tile"] = max(ks["m_tile"]) if s.get("n_tile", 1) <= 16 else 1
+            fits = [r for r in ks["m_tile"] if r * s["n_tile"] <= 128]
+            s["m_tile"] = max(fits) if fits else 1
         return s
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
