@@ -169,7 +169,9 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
                     raise ShapeError(f"--input-shape {vi.name}: dimension {i} is fixed to {a} in the model, "
                                      f"got {b}")
             dims = list(given)
-        if not tt.HasField("shape") or any(d is None for d in dims):
+        if vi.name in shapes and not tt.HasField("shape"):
+            dims = list(shapes[vi.name])
+        elif not tt.HasField("shape") or any(d is None for d in dims):
             shown = [d if d is not None else "?" for d in dims] if tt.HasField("shape") else "unknown rank"
             sym = [d.dim_param for d in tt.shape.dim if d.dim_param]
             hint = ",".join(str(d) if d is not None else "N" for d in dims) if tt.HasField("shape") else "D0,D1,..."
@@ -241,7 +243,8 @@ def add_node(g: Graph, node: Node, fold: bool = True) -> None:
         values = opdef.reference(node, g, [g.tensor(i).data if i else None for i in node.inputs])
         for out, val, (shape, dtype) in zip(node.outputs, values, types):
             if out:
-                g.tensors[out] = Tensor(out, tuple(shape), dtype, np.ascontiguousarray(np.asarray(val, dtype=dtype)))
+                g.tensors[out] = Tensor(out, tuple(shape), dtype,
+                                        np.ascontiguousarray(np.asarray(val, dtype=dtype)).reshape(tuple(shape)))
         return
     for i, out in enumerate(node.outputs):
         if out and any(d < 0 for d in g.tensor(out).shape):

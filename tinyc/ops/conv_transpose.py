@@ -22,13 +22,16 @@ def convtranspose_geometry(in_sp: list[int], kernel: list[int], strides: list[in
     """(pads [begin..., end...], output spatial sizes) per the ONNX spec.
 
     With `output_shape` (or SAME_* auto_pad) the pads are derived from the total padding:
-    SAME_UPPER puts the odd element at the end, everything else at the beginning (as
-    onnx.reference does). A negative total (output larger than the full result) extends the
-    output at the end with bias-only values, as onnx.reference and onnxruntime both do."""
+    SAME_UPPER puts the odd element at the end, everything else at the beginning (as the spec
+    and onnx.reference say; onnxruntime splits odd totals the other way). An explicit
+    output_shape larger than the full result extends the output at the end with bias-only
+    values, as onnx.reference and onnxruntime both do."""
     n = len(kernel)
     full = [strides[i] * (in_sp[i] - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1 for i in range(n)]
     if output_shape is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        output_shape = [in_sp[i] * strides[i] for i in range(n)]
+        # input * stride, but never beyond the full result: onnx shape inference and onnxruntime
+        # clamp the total padding at 0 (onnx.reference alone would pad the output with bias)
+        output_shape = [min(in_sp[i] * strides[i], full[i]) for i in range(n)]
     if output_shape is not None:
         begin, end = [], []
         for i in range(n):
@@ -201,11 +204,28 @@ class ConvTranspose(OpDef):
     # -- schedule -------------------------------------------------------------------------
     def knobs(self, node: Node, graph: Graph) -> dict[str, list[Any]]:
         m = self._dims(node, graph)
-        return {"oc_tile": [t for t in (32, 16, 8, 4, 2, 1) if m["OCG"] % t == 0]}
+        tiles = [t for t in (32, 16, 8, 4, 2, 1) if m["OCG"] % t == 0]
+        if m["OCG"] <= 32 and m["OCG"] not in tiles:
+            tiles.insert(0, m["OCG"])  # a few channels (an RGB decoder head): one tile for them all
+        return {"oc_tile": tiles, "ow_tile": [1, 2, 4]}
+
+    def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
+        ks = self.knobs(node, graph)
+        m = self._dims(node, graph)
+        oc = ks["oc_tile"][0]
+        # reuse each weight load across adjacent input columns (accumulators: ow_tile x oc_tile)
+        columns = -(-m["OW"] // m["SW"])
+        ow = 1 if columns < 2 or m["ICG"] < 4 else 4 if oc <= 16 else 2
+        return {"oc_tile": oc, "ow_tile": min(ow, 1 << (columns.bit_length() - 1))}
+
+    def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> int:
+        """A zero row stands in for out-of-range input columns of a multi-column tile."""
+        sched = schedule or self.default_schedule(node, graph, "host")
+        return 4 * self._dims(node, graph)["ICG"] if sched.get("ow_tile", 1) > 1 else 0
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         if node.attrs["layout"] != "NHWC":
             raise UnsupportedError(f"node '{node.source or node.name}': ConvTranspose kernels run channels-last only")
         m = self._dims(node, graph)
         sched = schedule or self.default_schedule(node, graph, "host")
-        return dict(m=m, oc_tile=sched.get("oc_tile", 1))
+        return dict(m=m, oc_tile=sched.get("oc_tile", 1), ow_tile=sched.get("ow_tile", 1))

@@ -255,9 +255,18 @@ class BinaryOp(OpDef):
                 if b is None:
                     ctx.unsupported(f"exponent of type {ctx.dtype(1)} must be a constant")
                 ins = [ins[0], ctx.add_constant("exponent", b.astype(ctx.dtype(0)))]
+            if self.op == "PRelu" and ctx.opset < 7:
+                # before opset 7 a 1-D slope was per channel (axis 1), not numpy-aligned
+                slope = ctx.const(1)
+                xs = ctx.shape(0)
+                if slope is not None and slope.ndim == 1 and len(xs) > 2 and slope.shape[0] == xs[1]:
+                    ins = [ins[0], ctx.add_constant("slope", slope.reshape(-1, *([1] * (len(xs) - 2))))]
             if self.op == "PRelu":
-                # ONNX PRelu broadcasts the slope unidirectionally to x
-                pass
+                try:
+                    np.broadcast_shapes(ctx.shape(0), ctx.graph.tensor(ins[1]).shape)
+                except ValueError:
+                    ctx.unsupported(f"slope shape {ctx.graph.tensor(ins[1]).shape} does not broadcast to "
+                                    f"{ctx.shape(0)}")
             return ctx.make_node(self.op, inputs=ins)
         # variadic Max/Min: a chain of binaries
         nodes = []

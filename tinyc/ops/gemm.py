@@ -73,8 +73,8 @@ class Gemm(OpDef):
 
     def knobs(self, node: Node, graph: Graph) -> dict[str, list[Any]]:
         M, K, N = self.dims(node, graph)
-        if node.attrs["transB"] or node.attrs["transA"]:
-            return {"variant": ["strided"]}
+        if node.attrs["transB"] or node.attrs["transA"] or node.attrs["alpha"] != 1.0:
+            return {"variant": ["strided"]}  # the only variant that applies alpha (dynamic B)
         n_tiles = [t for t in (32, 16, 8, 4, 2, 1) if t <= N]
         if N < 32 and N not in n_tiles:
             n_tiles.insert(0, N)

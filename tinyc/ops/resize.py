@@ -108,7 +108,9 @@ def _source_coords(ctm: str, y: np.ndarray, scale: float, in_size: int, out_size
         x = x + lo * (in_size - 1)
         extrap = (x < 0) | (x > in_size - 1)
     elif ctm == "pytorch_half_pixel":
-        x = np.full(out_size, -0.5) if out_w == 1 else (y + 0.5) / scale - 0.5
+        # the spec (and onnxruntime) say 0 for a length-1 output; onnx.reference uses -0.5, which
+        # only differs for cubic weights
+        x = np.zeros(out_size) if out_size == 1 else (y + 0.5) / scale - 0.5
     elif ctm == "half_pixel":
         x = (y + 0.5) / scale - 0.5
     elif ctm == "half_pixel_symmetric":
@@ -197,8 +199,11 @@ class Resize(OpDef):
                 scales = [float(s) for s in ctx.require_const(1, "scales").reshape(-1)]
         else:
             ctm = ctx.attr("coordinate_transformation_mode", "half_pixel")
-            if ctm not in COORD_MODES or (ctm == "half_pixel_symmetric" and ctx.opset < 19):
-                ctx.unsupported(f"coordinate_transformation_mode={ctm!r}")
+            if ctm == "tf_half_pixel_for_nn":  # Resize-11's spelling
+                ctm = "tf_half_pixel_for_nearest"
+            if (ctm not in COORD_MODES or (ctm == "half_pixel_symmetric" and ctx.opset < 19)
+                    or (ctm == "tf_half_pixel_for_nearest" and ctx.opset >= 13)):
+                ctx.unsupported(f"coordinate_transformation_mode={ctm!r} (not defined for Resize-{ctx.opset})")
             nm = ctx.attr("nearest_mode", "round_prefer_floor")
             if nm not in NEAREST_MODES[:4]:
                 ctx.unsupported(f"nearest_mode={nm!r}")
@@ -283,9 +288,7 @@ class Resize(OpDef):
             y = (g * w.reshape((1,) * ax + w.shape + (1,) * (y.ndim - ax - 1))).sum(axis=ax + 1)
             if ex is not None:
                 y = np.where(ex.reshape((1,) * ax + (-1,) + (1,) * (y.ndim - ax - 1)), fill, y)
-        if np.issubdtype(x.dtype, np.floating):
-            return [y.astype(x.dtype)]
-        return [np.rint(y).astype(x.dtype) if x.dtype != np.bool_ else y.astype(bool)]
+        return [_saturate(y, x.dtype)]
 
     def macs(self, node: Node, graph: Graph) -> int:
         taps = 1
@@ -368,7 +371,19 @@ class Resize(OpDef):
         return dict(groups=groups, tables=tables, inner=inner, ct=ct,
                     out_expr=" + ".join(out_terms) or "0", in_expr=" + ".join(in_terms) or "0",
                     weighted=[g for g in groups if g["kind"] == "weighted"],
-                    ex_cond=" || ".join(ex_terms), fill=c_literal(node.attrs["extrapolation_value"], ct))
+                    ex_cond=" || ".join(ex_terms),
+                    fill=c_literal(_saturate(np.asarray(node.attrs["extrapolation_value"]), np.dtype(xt.dtype)), ct))
+
+
+def _saturate(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """float64 -> the element type; integers round and clamp (only the extrapolation value can
+    leave the input's range, since nearest copies elements)."""
+    if np.issubdtype(dtype, np.floating):
+        return y.astype(dtype)
+    if dtype == np.bool_:
+        return y.astype(bool)
+    info = np.iinfo(dtype)
+    return np.clip(np.rint(y), info.min, info.max).astype(dtype)
 
 
 def _table(name: str, ct: str, values: np.ndarray) -> dict[str, Any]:

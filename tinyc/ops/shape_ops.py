@@ -91,8 +91,10 @@ class Identity(OpDef):
     def import_onnx(self, ctx):  # type: ignore[override]
         nodes = [ctx.make_node("Identity", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1])]
         if ctx.op_type == "Dropout":
-            if ctx.has_input(2) and ctx.const(2) is not None and bool(np.asarray(ctx.const(2))):
-                ctx.unsupported("training_mode=True is not supported (inference only)")
+            if ctx.has_input(2) and (ctx.const(2) is None or bool(np.asarray(ctx.const(2)))):
+                ctx.unsupported("training_mode must be a constant False (inference only)")
+            if int(ctx.attr("is_test", 1)) == 0 and ctx.opset < 7:
+                ctx.unsupported("is_test=0 (training) is not supported")
             if len(ctx.outputs) > 1 and ctx.outputs[1]:
                 ctx.set_constant(1, np.ones(ctx.shape(0), dtype=bool))
         return nodes
