@@ -95,7 +95,8 @@ class Graph:
         return None if t is None else t.data
 
     def add_constant(self, name: str, data: np.ndarray) -> str:
-        data = np.ascontiguousarray(data)
+        data = np.asarray(data)
+        data = np.ascontiguousarray(data).reshape(data.shape)  # ascontiguousarray makes 0-d arrays 1-d
         if str(data.dtype) not in DTYPE_BYTES:
             from tinyc.errors import UnsupportedError
             raise UnsupportedError(f"constant '{name}' has unsupported element type {data.dtype}")

@@ -91,8 +91,15 @@ def resolve_slice(shape: Sequence[int], starts: list[int], ends: list[int], axes
         seen.add(ax)
         if st == 0:
             raise UnsupportedError(f"{where}: step 0 is invalid")
-        lo, hi, stp = slice(int(s), int(e), int(st)).indices(int(shape[ax]))
-        n = len(range(lo, hi, stp))
+        dim, stp = int(shape[ax]), int(st)
+        lo = int(s) + dim if int(s) < 0 else int(s)
+        hi = int(e) + dim if int(e) < 0 else int(e)
+        # ONNX clamping (not Python's: a negative step clamps start to [0, dim-1], end to [-1, dim-1])
+        if stp > 0:
+            lo, hi = min(max(lo, 0), dim), min(max(hi, 0), dim)
+        else:
+            lo, hi = min(max(lo, 0), dim - 1), min(max(hi, -1), dim - 1)
+        n = len(range(lo, hi, stp)) if dim else 0
         first[ax], step[ax], count[ax] = (lo if n else 0), stp, n
     return first, step, count
 
@@ -281,22 +288,28 @@ class Gather(OpDef):
             if ctx.dtype(1) not in ("int32", "int64"):
                 ctx.unsupported(f"indices of type {ctx.dtype(1)} (int32/int64 only)")
             indices = ctx.inputs[1]
-        return ctx.make_node("Gather", inputs=[ctx.inputs[0], indices], outputs=ctx.outputs[:1], axis=axis)
+        # the tensor's shape is authoritative: folded 0-d constants may carry 1-d data
+        return ctx.make_node("Gather", inputs=[ctx.inputs[0], indices], outputs=ctx.outputs[:1], axis=axis,
+                             indices_shape=[int(d) for d in ctx.shape(1)])
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
-        x, ind = graph.tensor(node.inputs[0]), graph.tensor(node.inputs[1])
+        x = graph.tensor(node.inputs[0])
         ax = node.attrs["axis"]
-        return [(tuple(x.shape[:ax]) + tuple(ind.shape) + tuple(x.shape[ax + 1:]), x.dtype)]
+        ind_shape = tuple(node.attrs.get("indices_shape", graph.tensor(node.inputs[1]).shape))
+        return [(tuple(x.shape[:ax]) + ind_shape + tuple(x.shape[ax + 1:]), x.dtype)]
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         x, ind = inputs[0], np.asarray(inputs[1]).astype(np.int64)
+        if "indices_shape" in node.attrs:
+            ind = ind.reshape(node.attrs["indices_shape"])
         n = x.shape[node.attrs["axis"]]
         ind = np.clip(np.where(ind < 0, ind + n, ind), 0, max(n - 1, 0))
         return [np.ascontiguousarray(np.take(x, ind, axis=node.attrs["axis"]))]
 
     def can_permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
         # rank-1 indices keep the rank and the axis order: the gathered axis just moves
-        return len(graph.tensor(node.inputs[1]).shape) == 1 and len(perm) == len(graph.tensor(node.outputs[0]).shape)
+        rank = len(node.attrs.get("indices_shape", graph.tensor(node.inputs[1]).shape))
+        return rank == 1 and len(perm) == len(graph.tensor(node.outputs[0]).shape)
 
     def permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
         if not self.can_permute(node, graph, perm):

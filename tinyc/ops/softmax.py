@@ -53,8 +53,8 @@ class Softmax(OpDef):
             if not -rank <= axis < rank:
                 ctx.unsupported(f"axis {axis} out of range for rank {rank}")
             axes = [axis % rank]
-        if any(d == 0 for d in ctx.shape(0)):
-            ctx.unsupported(f"zero-size input {ctx.shape(0)} is not supported")
+        if any(d == 0 for d in ctx.shape(0)):  # nothing to compute
+            return ctx.set_constant(0, np.zeros(ctx.shape(0), ctx.dtype(0)))
         return ctx.make_node("Softmax", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], kind=KINDS[ctx.op_type],
                              axes=axes)
 

@@ -98,7 +98,15 @@ def _can_push(graph: Graph, node: Node, t_out: str, perm: list[int]) -> bool:
                 return False
         return len(node.outputs) == 1
     if hasattr(opdef, "permute"):
-        return data_inputs == [t_out] or all(i == t_out for i in data_inputs)
+        # every data input must arrive through the same T_perm (multi-input ops like Concat)
+        producers = graph.producers()
+        for i in data_inputs:
+            p = producers.get(i)
+            if i != t_out and not (p is not None and p.op == "Transpose" and p.attrs["perm"] == perm):
+                return False
+        # optional veto: _push_through ignores permute's return value, so ask first
+        can_permute = getattr(opdef, "can_permute", None)
+        return can_permute is None or bool(can_permute(node, graph, perm))
     return False
 
 
