@@ -21,7 +21,7 @@ from tinyc.frontend.context import ImportContext
 from tinyc.ir import Graph, Node, Tensor
 from tinyc.ops.base import get_op, onnx_op
 
-MIN_OPSET = 6  # officially 11+, but older forms that handlers understand are accepted too
+MIN_OPSET = 1  # officially 11+; older forms that the handlers understand are accepted too
 # Ops that never fold to constants (random generators and the like would go here).
 _NO_FOLD: set[str] = set()
 

@@ -96,6 +96,15 @@ UNARY: list[UnarySpec] = [
     UnarySpec("Erf", lambda x, a: _erf(x), lambda x, a: f"erff({x})", {}),
     UnarySpec("Sin", lambda x, a: np.sin(x), lambda x, a: f"sinf({x})", {}),
     UnarySpec("Cos", lambda x, a: np.cos(x), lambda x, a: f"cosf({x})", {}),
+    UnarySpec("Tan", lambda x, a: np.tan(x), lambda x, a: f"tanf({x})", {}),
+    UnarySpec("Asin", lambda x, a: np.arcsin(x), lambda x, a: f"asinf({x})", {}),
+    UnarySpec("Acos", lambda x, a: np.arccos(x), lambda x, a: f"acosf({x})", {}),
+    UnarySpec("Atan", lambda x, a: np.arctan(x), lambda x, a: f"atanf({x})", {}),
+    UnarySpec("Sinh", lambda x, a: np.sinh(x), lambda x, a: f"sinhf({x})", {}),
+    UnarySpec("Cosh", lambda x, a: np.cosh(x), lambda x, a: f"coshf({x})", {}),
+    UnarySpec("Asinh", lambda x, a: np.arcsinh(x), lambda x, a: f"asinhf({x})", {}),
+    UnarySpec("Acosh", lambda x, a: np.arccosh(x), lambda x, a: f"acoshf({x})", {}),
+    UnarySpec("Atanh", lambda x, a: np.arctanh(x), lambda x, a: f"atanhf({x})", {}),
     UnarySpec("Sign", lambda x, a: np.sign(x), lambda x, a: f"(float)((({x}) > 0.0f) - (({x}) < 0.0f))", {}),
 ]
 
