@@ -190,7 +190,10 @@ class Conv(OpDef):
         # channels (longer vectors). Measured on x86 (AVX2/AVX-512) against 1-pixel tiles: 2-3x
         # faster on every conv shape tried; the tuner may refine this per board.
         ks = self.knobs(node, graph)
-        pairs = [(j * t, t, j) for t in ks["oc_tile"] for j in ks["ow_tile"] if j * t <= 160]
+        m = self._dims(node, graph)
+        # a width that leaves a tail tile counts 3/4: tail tiles are narrower, so slower
+        pairs = [(j * t * (1.0 if m["OW"] % j == 0 else 0.75), t, j)
+                 for t in ks["oc_tile"] for j in ks["ow_tile"] if j * t <= 160]
         _, oc_tile, ow_tile = max(pairs) if pairs else (1, ks["oc_tile"][-1], 1)
         # Weights beyond ~256 KB (a typical L2 share) are re-read from memory for every pixel
         # tile in pixel-major order; channel-major keeps one channel tile's weights cached

@@ -29,7 +29,7 @@ def _windows(size: int, k: int, s: int, d: int, pb: int, pe: int, out: int, incl
 @register
 class Pool(OpDef):
     op = "Pool"
-    onnx_ops = ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool")
+    onnx_ops = ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
     template = "pool.c.j2"
     channels_last_capable = True
 
@@ -40,8 +40,6 @@ class Pool(OpDef):
             ctx.unsupported(f"only 1D and 2D pooling is supported (input rank {len(xs)})")
         if ctx.dtype(0) != "float32":
             ctx.unsupported(f"element type {ctx.dtype(0)} (float32 only)")
-        if ctx.op_type == "LpPool":
-            ctx.unsupported("LpPool is not supported")
         kind = "max" if "Max" in ctx.op_type else "avg"
         if ctx.op_type.startswith("Global"):
             return ctx.make_node("Pool", inputs=ctx.inputs[:1], kind=kind, kernel=list(xs[2:]), strides=[1] * n,

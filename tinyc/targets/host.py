@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -132,7 +133,8 @@ def run_batch(out_dir: str | os.PathLike, inputs: Mapping[str, np.ndarray]) -> d
     inputs = resolve_input_names(manifest, inputs)
     n, mode = batch_size(manifest, inputs)
     results: dict[str, list[np.ndarray]] = {o["name"]: [] for o in manifest["outputs"]}
-    for k in range(n):
+    from tqdm import tqdm
+    for k in tqdm(range(n), desc="inferences", unit="inf", leave=False, disable=n < 200 or not sys.stderr.isatty()):
         feeds = {s["name"]: sample(inputs[s["name"]], s["shape"], mode, k) for s in manifest["inputs"]}
         for name, value in model(feeds).items():
             results[name].append(value)
