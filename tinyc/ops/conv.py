@@ -71,6 +71,18 @@ def conv_nchw_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stri
     return y.astype(x.dtype)
 
 
+def weights_to_channels_last(node: Node, graph: Graph, tail: list[int]) -> bool:
+    """Shared by Conv and ConvTranspose: move the kernel dims first (the leading two weight
+    axes go last, in `tail` order), mark the node NHWC. The layout pass adds the transposes."""
+    if node.attrs["layout"] != "NCHW":
+        return False
+    w = graph.tensor(node.inputs[1]).data
+    w_last = np.ascontiguousarray(np.transpose(w, list(range(2, w.ndim)) + tail))
+    node.inputs[1] = graph.add_constant(graph.unique_name(node.inputs[1] + "_hwio"), w_last)
+    node.attrs["layout"] = "NHWC"
+    return True
+
+
 def apply_activation(node: Node, y: np.ndarray) -> np.ndarray:
     act = node.attrs.get("activation")
     if not act:
@@ -162,15 +174,8 @@ class Conv(OpDef):
 
     # -- layout ---------------------------------------------------------------------------
     def to_channels_last(self, node: Node, graph: Graph) -> bool:
-        """Switch to NHWC: weights [OC, ICg, *K] -> [*K, ICg, OC]. The pass adds the transposes."""
-        if node.attrs["layout"] != "NCHW":
-            return False
-        w = graph.tensor(node.inputs[1]).data
-        nd = w.ndim
-        w_hwio = np.ascontiguousarray(np.transpose(w, list(range(2, nd)) + [1, 0]))
-        node.inputs[1] = graph.add_constant(graph.unique_name(node.inputs[1] + "_hwio"), w_hwio)
-        node.attrs["layout"] = "NHWC"
-        return True
+        """Switch to NHWC: weights [OC, ICg, *K] -> [*K, ICg, OC]."""
+        return weights_to_channels_last(node, graph, [1, 0])
 
     # -- schedule -------------------------------------------------------------------------
     def knobs(self, node: Node, graph: Graph) -> dict[str, list[Any]]:

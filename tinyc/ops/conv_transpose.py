@@ -13,7 +13,7 @@ import numpy as np
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, OutputType, register
-from tinyc.ops.conv import apply_activation
+from tinyc.ops.conv import weights_to_channels_last, apply_activation
 
 
 def convtranspose_geometry(in_sp: list[int], kernel: list[int], strides: list[int], dilations: list[int],
@@ -191,15 +191,8 @@ class ConvTranspose(OpDef):
 
     # -- layout ---------------------------------------------------------------------------
     def to_channels_last(self, node: Node, graph: Graph) -> bool:
-        """Switch to NHWC: weights [IC, OCg, *K] -> [*K, IC, OCg]. The pass adds the transposes."""
-        if node.attrs["layout"] != "NCHW":
-            return False
-        w = graph.tensor(node.inputs[1]).data
-        nd = w.ndim
-        w_hwio = np.ascontiguousarray(np.transpose(w, list(range(2, nd)) + [0, 1]))
-        node.inputs[1] = graph.add_constant(graph.unique_name(node.inputs[1] + "_hwio"), w_hwio)
-        node.attrs["layout"] = "NHWC"
-        return True
+        """Switch to NHWC: weights [IC, OCg, *K] -> [*K, IC, OCg]."""
+        return weights_to_channels_last(node, graph, [0, 1])
 
     # -- schedule -------------------------------------------------------------------------
     def knobs(self, node: Node, graph: Graph) -> dict[str, list[Any]]:
