@@ -1,0 +1,75 @@
+"""CumSum along one (constant) axis, with `exclusive` and `reverse`.
+
+x is viewed as [outer][n][inner]; each output row k is the previous output row plus one input
+row, so every loop runs along `inner` contiguous elements (vectorisable) and the running sums
+live in the output itself. Integer sums wrap (computed in the unsigned type).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tinyc.ir import Graph, Node
+from tinyc.ops.base import CTYPES, OpDef, normalize_axis, register
+from tinyc.ops.slice_gather import _where
+
+DTYPES = ("float32", "float64", "int32", "int64", "uint32", "uint64")
+
+
+@register
+class CumSum(OpDef):
+    """attrs: `axis`, `exclusive`, `reverse`."""
+
+    op = "CumSum"
+    onnx_ops = ("CumSum",)
+    template = "cumsum.c.j2"
+    dtypes = DTYPES
+
+    def import_onnx(self, ctx):  # type: ignore[override]
+        if ctx.dtype(0) not in self.dtypes:
+            ctx.unsupported(f"element type {ctx.dtype(0)} (supported: {', '.join(self.dtypes)})")
+        shape = ctx.shape(0)
+        if not shape:
+            ctx.unsupported("a scalar input has no axis")
+        av = np.asarray(ctx.require_const(1, "axis")).reshape(-1)
+        if av.size != 1:
+            ctx.unsupported(f"axis must hold one value, got {av.size}")
+        axis = normalize_axis(int(av[0]), len(shape), _where(ctx))
+        if any(d == 0 for d in shape):
+            return ctx.set_constant(0, np.zeros(shape, ctx.dtype(0)))
+        return ctx.make_node("CumSum", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], axis=axis,
+                             exclusive=bool(int(ctx.attr("exclusive", 0))), reverse=bool(int(ctx.attr("reverse", 0))))
+
+    def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        x, ax = inputs[0], node.attrs["axis"]
+        if node.attrs["reverse"]:
+            x = np.flip(x, axis=ax)
+        with np.errstate(all="ignore"):
+            y = np.cumsum(x, axis=ax, dtype=x.dtype)
+        if node.attrs["exclusive"]:
+            y = np.concatenate([np.zeros_like(np.take(y, [0], axis=ax)), np.delete(y, -1, axis=ax)], axis=ax)
+        if node.attrs["reverse"]:
+            y = np.flip(y, axis=ax)
+        return [np.ascontiguousarray(y)]
+
+    def macs(self, node: Node, graph: Graph) -> int:
+        return graph.tensor(node.inputs[0]).size
+
+    def can_permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
+        return len(perm) == len(graph.tensor(node.outputs[0]).shape)
+
+    def permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
+        if not self.can_permute(node, graph, perm):
+            return False
+        node.attrs["axis"] = perm[node.attrs["axis"]]
+        return True
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+        t = graph.tensor(node.inputs[0])
+        ax = node.attrs["axis"]
+        ct = CTYPES[t.dtype]
+        wrap = {"int32": "uint32_t", "int64": "uint64_t"}.get(t.dtype)
+        return {"outer": int(np.prod(t.shape[:ax], dtype=np.int64)), "n": int(t.shape[ax]),
+                "inner": int(np.prod(t.shape[ax + 1:], dtype=np.int64)), "T": ct, "wrap": wrap,
+                "exclusive": node.attrs["exclusive"], "reverse": node.attrs["reverse"]}
