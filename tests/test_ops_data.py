@@ -14,7 +14,6 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import shutil
-import subprocess
 
 import tinyc
 import tinyc.reference
@@ -311,24 +310,8 @@ def test_reference_matches_onnxruntime_random() -> None:
 
 # -- sanitizers ---------------------------------------------------------------------------------
 def _sanitized_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp: Path) -> dict[str, np.ndarray]:
-    """Build the CLI runner with ASan+UBSan (strict C99) and run it on `feeds`."""
-    out = tmp / "p"
-    graph = tinyc.compile(model, out).graph
-    srcs = [str(p) for p in sorted(out.glob("*.c")) if p.name != "main.c"] + [str(out / "runtime/src/tinyc_rt.c")]
-    exe = tmp / "model_san"
-    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1", "-g",
-                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
-                    "-I", str(out), "-I", str(out / "runtime/include"), str(out / "main.c"), *srcs, "-o", str(exe),
-                    "-lm"], check=True, capture_output=True, text=True)
-    args = []
-    for k, name in enumerate(graph.inputs):
-        np.ascontiguousarray(feeds[name], dtype=graph.tensor(name).dtype).tofile(tmp / f"in{k}.bin")
-        args.append(str(tmp / f"in{k}.bin"))
-    outs = [tmp / f"out{k}.bin" for k in range(len(graph.outputs))]
-    proc = subprocess.run([str(exe), *args, *map(str, outs)], capture_output=True, text=True)
-    assert proc.returncode == 0 and "runtime error" not in proc.stderr, proc.stderr
-    return {pub: np.fromfile(path, dtype=graph.tensor(t).dtype).reshape(graph.tensor(t).shape)
-            for (pub, t), path in zip(graph.public_outputs(), outs)}
+    from util import sanitized_run
+    return sanitized_run(model, feeds, tmp)
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -356,7 +339,6 @@ def test_sanitizers_clean(tmp_path: Path) -> None:
 # -- unsupported variations -------------------------------------------------------------------
 def test_empty_reductions_fold_to_constants() -> None:
     """Reducing a zero-size input needs no code: the identity (finalised) is the answer."""
-    x = np.zeros((2, 0, 4), np.float32)
     want = {"ReduceSum": 0.0, "ReduceProd": 1.0, "ReduceMax": -np.inf, "ReduceMin": np.inf, "ReduceL2": 0.0,
             "ReduceLogSum": -np.inf, "ReduceLogSumExp": -np.inf}
     nodes = [helper.make_node(op, ["x", "ax"], [op], keepdims=1) for op in want]

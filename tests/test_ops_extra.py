@@ -5,7 +5,6 @@ Many ops share one model so each build covers many cases."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -186,23 +185,8 @@ def test_sanitizers_clean(tmp_path: Path) -> None:
     m = _model(nodes, feeds, [nd.output[0] for nd in nodes], [_c("ax", np.array(1, np.int64))], opset=18)
     graph = tinyc.load(m)
     exp = tinyc.reference.run_graph(graph, feeds)
-    out = tmp_path / "p"
-    graph = tinyc.compile(m, out).graph
-    srcs = [str(p) for p in sorted(out.glob("*.c")) if p.name != "main.c"] + [str(out / "runtime/src/tinyc_rt.c")]
-    exe = tmp_path / "model_san"
-    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1", "-g",
-                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
-                    "-I", str(out), "-I", str(out / "runtime/include"), str(out / "main.c"), *srcs, "-o", str(exe),
-                    "-lm"], check=True, capture_output=True, text=True)
-    args = []
-    for k, name in enumerate(graph.inputs):
-        np.ascontiguousarray(feeds[name], dtype=graph.tensor(name).dtype).tofile(tmp_path / f"in{k}.bin")
-        args.append(str(tmp_path / f"in{k}.bin"))
-    outs = [tmp_path / f"out{k}.bin" for k in range(len(graph.outputs))]
-    proc = subprocess.run([str(exe), *args, *map(str, outs)], capture_output=True, text=True)
-    assert proc.returncode == 0 and "runtime error" not in proc.stderr, proc.stderr
-    got = {pub: np.fromfile(path, dtype=graph.tensor(t).dtype).reshape(graph.tensor(t).shape)
-           for (pub, t), path in zip(graph.public_outputs(), outs)}
+    from util import sanitized_run
+    got = sanitized_run(m, feeds, tmp_path)
     _compare(got, exp, "C under sanitizers")
     # the reference agrees with onnx.reference on the well-defined cases
     assert list(exp["l8"]) == [0, 0, 0, -128] and list(exp["r8"]) == [-64, -1, 0, 0]

@@ -38,3 +38,29 @@ def ort_run(model: onnx.ModelProto | str | Path, feeds: dict[str, np.ndarray]) -
 
 def rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)
+
+
+def sanitized_run(model, feeds: dict[str, np.ndarray], tmp: Path) -> dict[str, np.ndarray]:
+    """Compile `model`, build its CLI runner with ASan+UBSan under strict C99, run it on `feeds`
+    (one inference) and return the outputs by public name. Fails on any sanitizer report."""
+    import subprocess
+
+    import tinyc
+    out = tmp / "p"
+    graph = tinyc.compile(model, out).graph
+    srcs = [str(p) for p in sorted(out.glob("*.c")) if p.name != "main.c"] + [str(out / "runtime/src/tinyc_rt.c")]
+    exe = tmp / "model_san"
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1", "-g",
+                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
+                    "-I", str(out), "-I", str(out / "runtime/include"), str(out / "main.c"), *srcs, "-o", str(exe),
+                    "-lm"], check=True, capture_output=True, text=True)
+    args = []
+    for k, name in enumerate(graph.inputs):
+        np.ascontiguousarray(feeds[name], dtype=graph.tensor(name).dtype).tofile(tmp / f"in{k}.bin")
+        args.append(str(tmp / f"in{k}.bin"))
+    outs = [tmp / f"out{k}.bin" for k in range(len(graph.outputs))]
+    proc = subprocess.run([str(exe), *args, *map(str, outs)], capture_output=True, text=True)
+    assert proc.returncode == 0 and "runtime error" not in proc.stderr, proc.stderr
+    assert "AddressSanitizer" not in proc.stderr, proc.stderr
+    return {pub: np.fromfile(path, dtype=graph.tensor(t).dtype).reshape(graph.tensor(t).shape)
+            for (pub, t), path in zip(graph.public_outputs(), outs)}

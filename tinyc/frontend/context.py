@@ -1,7 +1,7 @@
 """What an op's ONNX import handler sees: the node, its attributes, and what is known so far."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import onnx
@@ -60,7 +60,7 @@ class ImportContext:
         return value
 
     # -- results ------------------------------------------------------------------------------
-    def unsupported(self, message: str) -> "NoReturn":  # type: ignore[name-defined]
+    def unsupported(self, message: str) -> NoReturn:
         raise UnsupportedError(f"node '{self.name}' ({self.op_type}): {message}")
 
     def make_node(self, op: str, inputs: list[str] | None = None, outputs: list[str] | None = None,

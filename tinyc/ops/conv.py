@@ -64,7 +64,7 @@ def conv_nchw_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stri
         patch = xp[tuple(sl)]  # N, C, *out
         for g in range(group):
             pg = patch[:, g * icg:(g + 1) * icg]
-            wg = wd[g * ocg:(g + 1) * ocg, :, *kidx]  # ocg, icg
+            wg = wd[(slice(g * ocg, (g + 1) * ocg), slice(None), *kidx)]  # ocg, icg
             y[:, g * ocg:(g + 1) * ocg] += np.einsum("nc...,oc->no...", pg, wg)
     if b is not None:
         y += b.astype(np.float64).reshape(1, OC, *([1] * n_sp))
@@ -162,7 +162,6 @@ class Conv(OpDef):
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         a = node.attrs
         x, w, b = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
-        n = len(a["kernel"])
         if a["layout"] != "NCHW":
             x = np.moveaxis(x, -1, 1)
             w = np.moveaxis(w, -1, 0)                    # [OC, *K, ICg]

@@ -73,7 +73,7 @@ def convtranspose_nchw_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | N
             sl.append(slice(start, start + (in_sp[i] - 1) * strides[i] + 1, strides[i]))
         for g in range(group):
             xg = xd[:, g * icg:(g + 1) * icg]
-            wg = wd[g * icg:(g + 1) * icg, :, *kidx]  # icg, ocg
+            wg = wd[(slice(g * icg, (g + 1) * icg), slice(None), *kidx)]  # icg, ocg
             contrib = np.einsum("nc...,co->no...", xg, wg)
             buf[(sl[0], slice(g * ocg, (g + 1) * ocg), *sl[2:])] += contrib
     crop = [slice(None), slice(None)] + [slice(pads[i] - lo[i], pads[i] - lo[i] + out_sp[i]) for i in range(n)]

@@ -117,7 +117,7 @@ class MatMul(OpDef):
     def import_onnx(self, ctx):  # type: ignore[override]
         if ctx.dtype(0) not in MM_TYPES:
             ctx.unsupported(f"element type {ctx.dtype(0)} (float32 only)")
-        a_shape, b_shape = ctx.shape(0), ctx.shape(1)
+        a_shape = ctx.shape(0)
         b = ctx.const(1)
         if b is not None and b.ndim == 2 and len(a_shape) >= 2:
             rows = int(np.prod(a_shape[:-1]))
