@@ -46,3 +46,17 @@ def test_io_layout_nhwc_and_bad_flags(tmp_path):
     assert p.returncode == 2 and "unknown target 'nope'" in p.stderr
     p = tinyc_cli("compile", str(DIGITS), "-o", str(tmp_path / "o3"), "--input-shape", "garbage")
     assert p.returncode == 2 and "--input-shape 'garbage'" in p.stderr
+
+
+def test_readable_report_and_memory_plot(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    import tinyc
+    res = tinyc.compile(DIGITS, tmp_path / "o")
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert f"| arena (RAM) | {res.report['arena_bytes']:,} B |" in md
+    assert md.count("\n| ") >= len(res.report["layers"]) + 6
+    svg = ET.parse(tmp_path / "o" / "memory.svg").getroot()
+    rects = [e for e in svg.iter() if e.tag.endswith("rect")]
+    n_buffers = len(res.report["layers"]) - sum(1 for layer in res.report["layers"] if layer["alias"]) + 1  # + input
+    assert len(rects) >= n_buffers  # one box per planned buffer, plus the frame

@@ -57,6 +57,9 @@ def compile(model: Any, output_dir: str | os.PathLike, target: str = "host",
     host.write_project(out, gen.files, gen.manifest, cflags if cflags is not None else host.default_cflags())
     report = dict(gen.report, target=target)
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    from tinyc.report import markdown_report, memory_svg
+    (out / "report.md").write_text(markdown_report(report))
+    (out / "memory.svg").write_text(memory_svg(gen.layout))
     if build:
         host.build(out)
     return CompileResult(out, graph, report, sorted(gen.files))
