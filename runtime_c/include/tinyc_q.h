@@ -1,0 +1,140 @@
+/*
+ * tinyc int8 integer arithmetic (docs/quantization.md), the C twin of tinyc/quantize/arith.py.
+ *
+ * Every function here must equal its numpy counterpart bit for bit (tests/test_quant_arith.py).
+ * The steps are gemmlowp's / TFLite's / CMSIS-NN's, so results compare with those libraries.
+ *
+ * Portable C99 with no undefined and no implementation-defined behaviour:
+ *  - no left shift of a negative value (multiplications by a power of two in int64 instead);
+ *  - no right shift of a negative value (tinyc_q_asr computes floor(x / 2^e) via ~(~x >> e));
+ *  - no int32 overflow (products in int64, sums clamped before they could wrap);
+ *  - no 64-bit division, so Cortex-M builds need no __aeabi_ldivmod; no floating point; only <stdint.h>.
+ * Compilers turn tinyc_q_asr into a single arithmetic shift.
+ *
+ * Conventions: shift > 0 is a left shift, shift < 0 a right shift; -31 <= shift <= 31;
+ * multiplier in [2^30, 2^31) or 0 (as produced by quantize_multiplier).
+ */
+#ifndef TINYC_Q_H
+#define TINYC_Q_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#define TINYC_Q_INLINE static inline
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 199901L
+#define TINYC_Q_INLINE static inline
+#else
+#define TINYC_Q_INLINE static
+#endif
+
+#define TINYC_Q_ADD_LEFT_SHIFT 20
+
+/* floor(x / 2^e) for 0 <= e <= 31 — an arithmetic right shift, written without shifting a
+ * negative number (~x = -x - 1 is non-negative when x < 0). */
+TINYC_Q_INLINE int32_t tinyc_q_asr(int32_t x, int e)
+{
+    return x >= 0 ? (int32_t)(x >> e) : (int32_t)~(~x >> e);
+}
+
+TINYC_Q_INLINE int32_t tinyc_q_clamp(int32_t x, int32_t lo, int32_t hi)
+{
+    return x < lo ? lo : (x > hi ? hi : x);
+}
+
+/* gemmlowp SaturatingRoundingDoublingHighMul: (a*b + nudge) / 2^31 truncated, nudge = 2^30 for
+ * a*b >= 0 else 1 - 2^30; INT32_MIN * INT32_MIN saturates to INT32_MAX.
+ * Equals floor(a*b / 2^31 + 1/2) (ties towards +inf). */
+TINYC_Q_INLINE int32_t tinyc_q_srdhm(int32_t a, int32_t b)
+{
+    int64_t ab, t;
+    if (a == b && a == INT32_MIN) {
+        return INT32_MAX;
+    }
+    ab = (int64_t)a * (int64_t)b;                 /* |ab| < 2^62 */
+    t = ab + (ab >= 0 ? (int64_t)1 << 30 : (int64_t)1 - ((int64_t)1 << 30));
+    /* C99 division truncates toward zero; do the same with shifts of non-negative values only. */
+    return (int32_t)(t >= 0 ? (t >> 31) : -((-t) >> 31));
+}
+
+/* gemmlowp RoundingDivideByPOT: x / 2^e rounded half away from zero, 0 <= e <= 31.
+ * remainder = x & mask; threshold = (mask >> 1) + (x < 0); asr(x, e) + (remainder > threshold). */
+TINYC_Q_INLINE int32_t tinyc_q_rdbpot(int32_t x, int e)
+{
+    const uint32_t mask = ((uint32_t)1 << e) - 1u;
+    const int32_t remainder = (int32_t)((uint32_t)x & mask);     /* <= 2^31 - 1: fits */
+    const int32_t threshold = (int32_t)(mask >> 1) + (x < 0 ? 1 : 0);
+    return tinyc_q_asr(x, e) + (remainder > threshold ? 1 : 0);
+}
+
+/* x * 2^s saturated to int32, 0 <= s <= 31 (TFLite leaves the overflow undefined).
+ * 32-bit only: x * 2^s fits iff -2^(31-s) <= x < 2^(31-s); then x * 2^(s-1) * 2 cannot overflow. */
+TINYC_Q_INLINE int32_t tinyc_q_shl_sat(int32_t x, int s)
+{
+    int32_t lim;
+    if (s <= 0) {
+        return x;
+    }
+    lim = (int32_t)((uint32_t)1 << (31 - s));
+    if (x >= lim) {
+        return INT32_MAX;
+    }
+    if (x < -lim) {
+        return INT32_MIN;
+    }
+    return x * ((int32_t)1 << (s - 1)) * 2;
+}
+
+/* TFLite MultiplyByQuantizedMultiplier: rdbpot(srdhm(acc << left, multiplier), right). */
+TINYC_Q_INLINE int32_t tinyc_q_mbqm(int32_t acc, int32_t multiplier, int32_t shift)
+{
+    const int left = shift > 0 ? (int)shift : 0;
+    const int right = shift > 0 ? 0 : (int)-shift;
+    return tinyc_q_rdbpot(tinyc_q_srdhm(tinyc_q_shl_sat(acc, left), multiplier), right);
+}
+
+/* int32 accumulator -> int8: clamp(mbqm(acc) + out_zp, act_min, act_max), the sum exact.
+ * -128 <= act_min <= act_max <= 127, -128 <= out_zp <= 127. */
+TINYC_Q_INLINE int8_t tinyc_q_requantize(int32_t acc, int32_t multiplier, int32_t shift, int32_t out_zp,
+                                         int32_t act_min, int32_t act_max)
+{
+    const int32_t x = tinyc_q_mbqm(acc, multiplier, shift);
+    return (int8_t)(tinyc_q_clamp(x, act_min - out_zp, act_max - out_zp) + out_zp);
+}
+
+/* 256-entry table of a unary op: entry i is the output for input i - 128. */
+TINYC_Q_INLINE int8_t tinyc_q_lut(const int8_t *lut, int8_t x)
+{
+    return lut[(int32_t)x + 128];
+}
+
+/* int8 Add, TFLite reference_integer_ops::AddElementwise / CMSIS-NN arm_elementwise_add_s8. */
+typedef struct {
+    int32_t in1_offset;     /* -zp1 */
+    int32_t in1_multiplier;
+    int32_t in1_shift;
+    int32_t in2_offset;     /* -zp2 */
+    int32_t in2_multiplier;
+    int32_t in2_shift;
+    int32_t out_multiplier;
+    int32_t out_shift;
+    int32_t out_zp;
+    int32_t act_min;
+    int32_t act_max;
+    int32_t left_shift;     /* TINYC_Q_ADD_LEFT_SHIFT */
+} tinyc_q_add_params_t;
+
+TINYC_Q_INLINE int8_t tinyc_q_add(int8_t a, int8_t b, const tinyc_q_add_params_t *p)
+{
+    /* |q + offset| <= 255, so (q + offset) * 2^20 < 2^28 and each rescaled term < 2^27. */
+    const int32_t a1 = ((int32_t)a + p->in1_offset) * ((int32_t)1 << p->left_shift);
+    const int32_t a2 = ((int32_t)b + p->in2_offset) * ((int32_t)1 << p->left_shift);
+    const int32_t sum = tinyc_q_mbqm(a1, p->in1_multiplier, p->in1_shift)
+                      + tinyc_q_mbqm(a2, p->in2_multiplier, p->in2_shift);
+    return tinyc_q_requantize(sum, p->out_multiplier, p->out_shift, p->out_zp, p->act_min, p->act_max);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TINYC_Q_H */
