@@ -128,3 +128,16 @@ def test_rebuild_is_skipped_when_unchanged(tmp_path):
     before = lib.stat().st_mtime_ns
     tinyc.compile(DIGITS, tmp_path / "p", build=True)
     assert lib.stat().st_mtime_ns == before
+
+
+def test_odd_node_names_survive_as_c_strings(tmp_path):
+    import ctypes
+
+    from util import make_model
+    name = 'wéird "name" \\ ??= */'
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name=name)], [("x", [3])], [("y", [3])])
+    tinyc.compile(model, tmp_path / "p", name="odd", build=True)
+    lib = ctypes.CDLL(str(tmp_path / "p" / "build" / "libodd.so"))
+    lib.odd_layer_name.restype = ctypes.c_char_p
+    assert lib.odd_layer_name(0).decode("utf-8") == name
+    assert lib.odd_layer_name(1) is None

@@ -36,8 +36,8 @@ def _overlap(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool:
     return a is not None and b is not None and a[0] < b[1] and b[0] < a[1]
 
 
-def c_string_literal(text: str) -> tuple[str, int]:
-    """Escape `text` (UTF-8) for a C string literal; returns (content, byte length)."""
+def c_string_literal(text: str) -> str:
+    """Escape `text` (UTF-8) for a C string literal (the content between the quotes)."""
     raw = text.encode("utf-8")
     out = []
     for b in raw:
@@ -48,7 +48,7 @@ def c_string_literal(text: str) -> tuple[str, int]:
             out.append(ch)
         else:
             out.append(f"\\{b:03o}")
-    return "".join(out), len(raw)
+    return "".join(out)
 
 
 @dataclass
@@ -94,7 +94,6 @@ class Layer:
     params: list[KernelParam]
     comment: str
     name_literal: str = ""   # the ONNX node name as C string-literal content
-    name_bytes: int = 0
 
 
 @dataclass
@@ -226,8 +225,8 @@ def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str
         src = node.source or node.name
         comment = f"layer {idx}: {node.op} '{src}' -> {shapes}" + (
             f" schedule {sched}" if sched else "")
-        lit, nbytes = c_string_literal(src)
-        layers.append(Layer(idx, node, fn, code.rstrip() + "\n", params, comment.replace("*/", "* /"), lit, nbytes))
+        layers.append(Layer(idx, node, fn, code.rstrip() + "\n", params, comment.replace("*/", "* /"),
+                            c_string_literal(src)))
 
     used: set[str] = set()
     io_inputs = [_io_view(graph, n, n, "in", k, layout, used) for k, n in enumerate(graph.inputs)]

@@ -22,8 +22,6 @@ from tinyc.ir import Graph, Node, Tensor
 from tinyc.ops.base import get_op, onnx_op
 
 MIN_OPSET = 1  # officially 11+; older forms that the handlers understand are accepted too
-# Ops that never fold to constants (random generators and the like would go here).
-_NO_FOLD: set[str] = set()
 
 
 def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
@@ -239,7 +237,7 @@ def add_node(g: Graph, node: Node, fold: bool = True) -> None:
         if out:
             g.add_tensor(Tensor(out, tuple(int(d) for d in shape), dtype))
     real_inputs = [i for i in node.inputs if i]
-    if fold and node.op not in _NO_FOLD and all(g.tensor(i).is_constant for i in real_inputs):
+    if fold and all(g.tensor(i).is_constant for i in real_inputs):
         values = opdef.reference(node, g, [g.tensor(i).data if i else None for i in node.inputs])
         for out, val, (shape, dtype) in zip(node.outputs, values, types):
             if out:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinyc.frontend.onnx_import import add_node
 from tinyc.ir import Graph, Node, Tensor
 from tinyc.ops import get_op
 
@@ -273,5 +272,5 @@ def channels_last_io(graph: Graph) -> None:
     eliminate_dead_code(graph)
 
 
-__all__ = ["add_node", "channels_last_io", "convert_to_channels_last", "fold_transpose_into_gemm",
+__all__ = ["channels_last_io", "convert_to_channels_last", "fold_transpose_into_gemm",
            "optimize_transposes", "transposes_to_reshapes"]
