@@ -141,3 +141,13 @@ def test_odd_node_names_survive_as_c_strings(tmp_path):
     lib.odd_layer_name.restype = ctypes.c_char_p
     assert lib.odd_layer_name(0).decode("utf-8") == name
     assert lib.odd_layer_name(1) is None
+
+
+@pytest.mark.parametrize("prefix", ["rt", "q", "m"])
+def test_model_names_that_shadow_runtime_names_still_build(tmp_path, prefix):
+    """Header guards and link targets must not collide with tinyc_rt.h, tinyc_q.h or libm."""
+    from util import make_model
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", [3])], [("y", [3])])
+    tinyc.compile(model, tmp_path / prefix, name=prefix, build=True)
+    out = tinyc.run(tmp_path / prefix, {"x": np.array([-1, 0, 2], np.float32)})["y"]
+    np.testing.assert_array_equal(out, [0, 0, 2])

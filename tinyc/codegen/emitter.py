@@ -235,7 +235,7 @@ def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str
         if o["const"]:
             o["src"] = weight(o["tensor"])
 
-    guard = f"TINYC_{prefix.upper()}_H"
+    guard = f"TINYC_MODEL_{prefix.upper()}_H"  # never clashes with the runtime headers (TINYC_RT_H, TINYC_Q_H)
     common = dict(prefix=prefix, version=__version__, model=graph.name, arena_bytes=layout.arena_bytes,
                   inputs=io_inputs, outputs=io_outputs, layers=layers, weights=weights, guard=guard,
                   nlayers=len(layers))
