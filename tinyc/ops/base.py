@@ -82,6 +82,20 @@ class OpDef:
                     f"{graph.tensor(name).dtype} is not supported (supported: {', '.join(self.dtypes)})")
 
 
+class AxisPermutable:
+    """Mixin for ops with one `axis` attribute: the layout pass may move transposes across them
+    by remapping the axis (see passes/layout.py for the convention)."""
+
+    def can_permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
+        return len(perm) == len(graph.tensor(node.inputs[0]).shape)
+
+    def permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
+        if not self.can_permute(node, graph, perm):
+            return False
+        node.attrs["axis"] = perm[node.attrs["axis"]]
+        return True
+
+
 _REGISTRY: dict[str, OpDef] = {}
 _ONNX_MAP: dict[str, OpDef] = {}
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from tinyc.ir import Graph, Node
-from tinyc.ops.base import OpDef, OutputType, normalize_axis, register
+from tinyc.ops.base import AxisPermutable, OpDef, OutputType, normalize_axis, register
 from tinyc.ops.slice_gather import ALL_DTYPES, _check_dtype, _ints, _where, empty_output, is_empty
 
 
@@ -91,7 +91,7 @@ class Concat(OpDef):
 
 
 @register
-class Split(OpDef):
+class Split(AxisPermutable, OpDef):
     """attrs: `axis`, `sizes` (one per output)."""
 
     op = "Split"
@@ -148,15 +148,6 @@ class Split(OpDef):
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         cuts = np.cumsum(node.attrs["sizes"])[:-1]
         return [np.ascontiguousarray(p) for p in np.split(inputs[0], cuts, axis=node.attrs["axis"])]
-
-    def can_permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
-        return len(perm) == len(graph.tensor(node.inputs[0]).shape)
-
-    def permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
-        if not self.can_permute(node, graph, perm):
-            return False
-        node.attrs["axis"] = perm[node.attrs["axis"]]
-        return True
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         ax = node.attrs["axis"]

@@ -11,14 +11,14 @@ from typing import Any
 import numpy as np
 
 from tinyc.ir import Graph, Node
-from tinyc.ops.base import CTYPES, OpDef, normalize_axis, register
+from tinyc.ops.base import AxisPermutable, CTYPES, OpDef, normalize_axis, register
 from tinyc.ops.slice_gather import _where
 
 DTYPES = ("float32", "float64", "int32", "int64", "uint32", "uint64")
 
 
 @register
-class CumSum(OpDef):
+class CumSum(AxisPermutable, OpDef):
     """attrs: `axis`, `exclusive`, `reverse`."""
 
     op = "CumSum"
@@ -55,15 +55,6 @@ class CumSum(OpDef):
 
     def macs(self, node: Node, graph: Graph) -> int:
         return graph.tensor(node.inputs[0]).size
-
-    def can_permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
-        return len(perm) == len(graph.tensor(node.outputs[0]).shape)
-
-    def permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
-        if not self.can_permute(node, graph, perm):
-            return False
-        node.attrs["axis"] = perm[node.attrs["axis"]]
-        return True
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         t = graph.tensor(node.inputs[0])

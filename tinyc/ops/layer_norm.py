@@ -14,7 +14,7 @@ import numpy as np
 
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node
-from tinyc.ops.base import CTYPES, OpDef, OutputType, register
+from tinyc.ops.base import AxisPermutable, CTYPES, OpDef, OutputType, register
 
 FLOATS = ("float32", "float64")
 
@@ -144,7 +144,7 @@ class RMSNormalization(_RowNorm):
 
 
 @register
-class LpNormalization(OpDef):
+class LpNormalization(AxisPermutable, OpDef):
     """attrs: `axis`, `p` (1 or 2). y = x / ||x||_p along axis; a zero norm gives 0."""
 
     op = "LpNormalization"
@@ -180,15 +180,6 @@ class LpNormalization(OpDef):
 
     def macs(self, node: Node, graph: Graph) -> int:
         return 2 * graph.tensor(node.inputs[0]).size
-
-    def can_permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
-        return len(perm) == len(graph.tensor(node.outputs[0]).shape)
-
-    def permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
-        if not self.can_permute(node, graph, perm):
-            return False
-        node.attrs["axis"] = perm[node.attrs["axis"]]
-        return True
 
     def _split(self, node: Node, graph: Graph) -> tuple[int, int, int]:
         shape = graph.tensor(node.inputs[0]).shape
