@@ -33,17 +33,8 @@ def _i64(name: str, values: list[int]) -> onnx.TensorProto:
 
 def _model(nodes: list[onnx.NodeProto], inputs: dict[str, np.ndarray], outputs: list[str],
            inits: list[onnx.TensorProto] = (), opset: int = 18) -> onnx.ModelProto:
-    """A model whose output shapes/types come from onnx shape inference."""
-    g = helper.make_graph(
-        nodes, "t", [helper.make_tensor_value_info(k, NP2ONNX[v.dtype], v.shape) for k, v in inputs.items()],
-        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs], list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    inferred = onnx.shape_inference.infer_shapes(m, strict_mode=True)
-    del m.graph.output[:]
-    m.graph.output.extend(v for v in inferred.graph.output)
-    onnx.checker.check_model(m)
-    return m
+    from util import inferred_model
+    return inferred_model(nodes, inputs, outputs, inits, opset=opset, ir_version=8, name="t", check=True)
 
 
 def _expected(model: onnx.ModelProto, feeds: dict[str, np.ndarray], use_ort: bool = True) -> dict[str, np.ndarray]:

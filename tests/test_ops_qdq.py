@@ -30,15 +30,8 @@ def _c(name: str, value: np.ndarray) -> onnx.TensorProto:
 
 def _model(nodes: list[onnx.NodeProto], inputs: dict[str, np.ndarray], outputs: list[str],
            inits: list[onnx.TensorProto] = (), opset: int = 13) -> onnx.ModelProto:
-    g = helper.make_graph(
-        nodes, "qdq", [helper.make_tensor_value_info(k, NP2ONNX[v.dtype], v.shape) for k, v in inputs.items()],
-        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs], list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    inferred = onnx.shape_inference.infer_shapes(m, strict_mode=True)
-    del m.graph.output[:]
-    m.graph.output.extend(inferred.graph.output)
-    return m
+    from util import inferred_model
+    return inferred_model(nodes, inputs, outputs, inits, opset=opset, ir_version=8, name="qdq")
 
 
 def _ties(scale: np.float32, lo: int, hi: int) -> np.ndarray:

@@ -27,6 +27,25 @@ def make_model(nodes: list[onnx.NodeProto], inputs: list[tuple[str, list[int | s
     return model
 
 
+def inferred_model(nodes: list[onnx.NodeProto], inputs: dict[str, np.ndarray], outputs: list[str],
+                   inits=(), opset: int = 18, ir_version: int = 8, name: str = "t",
+                   check: bool = False) -> onnx.ModelProto:
+    """A model whose input types come from numpy arrays and whose output shapes/types come
+    from onnx's own (strict) shape inference, so tests need not spell them out."""
+    g = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype),
+                                                    np.asarray(v).shape) for k, v in inputs.items()],
+        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs], list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = ir_version
+    inferred = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+    del m.graph.output[:]
+    m.graph.output.extend(inferred.graph.output)
+    if check:
+        onnx.checker.check_model(m)
+    return m
+
+
 def ort_run(model: onnx.ModelProto | str | Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     import onnxruntime as ort
     so = ort.SessionOptions()

@@ -40,6 +40,11 @@ class OpDef:
         """Turn one ONNX node into IR node(s); constant inputs that configure the op become attrs."""
         return ctx.make_node(self.op)
 
+    def require_dtype(self, ctx: "ImportContext") -> None:
+        """Refuse at import, naming the node, an input 0 element type the kernel lacks."""
+        if ctx.dtype(0) not in self.dtypes:
+            ctx.unsupported(f"element type {ctx.dtype(0)} (supported: {', '.join(self.dtypes)})")
+
     # -- semantics ------------------------------------------------------------------------
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         """Output shapes and dtypes from the input tensors (after passes too, so layouts matter)."""

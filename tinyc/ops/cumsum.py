@@ -27,8 +27,7 @@ class CumSum(AxisPermutable, OpDef):
     dtypes = DTYPES
 
     def import_onnx(self, ctx):  # type: ignore[override]
-        if ctx.dtype(0) not in self.dtypes:
-            ctx.unsupported(f"element type {ctx.dtype(0)} (supported: {', '.join(self.dtypes)})")
+        self.require_dtype(ctx)
         shape = ctx.shape(0)
         if not shape:
             ctx.unsupported("a scalar input has no axis")

@@ -17,8 +17,7 @@ class _Classify(OpDef):
     dtypes = FLOATS
 
     def import_onnx(self, ctx):  # type: ignore[override]
-        if ctx.dtype(0) not in self.dtypes:
-            ctx.unsupported(f"element type {ctx.dtype(0)} (supported: {', '.join(self.dtypes)})")
+        self.require_dtype(ctx)
         attrs: dict[str, Any] = {}
         if self.op == "IsInf":
             attrs = {"pos": bool(int(ctx.attr("detect_positive", 1))),

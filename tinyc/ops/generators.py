@@ -38,8 +38,7 @@ class Range(OpDef):
     dtypes = RANGE_DTYPES
 
     def import_onnx(self, ctx):  # type: ignore[override]
-        if ctx.dtype(0) not in self.dtypes:
-            ctx.unsupported(f"element type {ctx.dtype(0)} (supported: {', '.join(self.dtypes)})")
+        self.require_dtype(ctx)
         vals = [ctx.require_const(i, what) for i, what in enumerate(("start", "limit", "delta"))]
         if any(np.asarray(v).size != 1 for v in vals):
             ctx.unsupported("start, limit and delta must be scalars")

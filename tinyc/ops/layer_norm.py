@@ -55,8 +55,7 @@ class _RowNorm(OpDef):
     rms = False
 
     def import_onnx(self, ctx):  # type: ignore[override]
-        if ctx.dtype(0) not in self.dtypes:
-            ctx.unsupported(f"element type {ctx.dtype(0)} (supported: {', '.join(self.dtypes)})")
+        self.require_dtype(ctx)
         stash = int(ctx.attr("stash_type", 1))
         if stash != 1:
             ctx.unsupported(f"stash_type {stash} (only 1, float32 statistics)")
@@ -153,8 +152,7 @@ class LpNormalization(AxisPermutable, OpDef):
     dtypes = FLOATS
 
     def import_onnx(self, ctx):  # type: ignore[override]
-        if ctx.dtype(0) not in self.dtypes:
-            ctx.unsupported(f"element type {ctx.dtype(0)} (supported: {', '.join(self.dtypes)})")
+        self.require_dtype(ctx)
         rank = len(ctx.shape(0))
         axis = int(ctx.attr("axis", -1))
         if rank == 0 or not -rank <= axis < rank:

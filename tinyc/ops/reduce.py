@@ -195,8 +195,7 @@ class ReduceOp(OpDef):
         self.dtypes = spec.dtypes
 
     def import_onnx(self, ctx):  # type: ignore[override]
-        if ctx.dtype(0) not in self.dtypes:
-            ctx.unsupported(f"element type {ctx.dtype(0)} (supported: {', '.join(self.dtypes)})")
+        self.require_dtype(ctx)
         axes, keepdims = _import_axes(ctx, 13 if self.op == "ReduceSum" else 18)
         shape = ctx.shape(0)
         if axes is None:
@@ -278,8 +277,7 @@ class ArgMax(OpDef):
     dtypes = FLOATS + INTS
 
     def import_onnx(self, ctx):  # type: ignore[override]
-        if ctx.dtype(0) not in self.dtypes:
-            ctx.unsupported(f"element type {ctx.dtype(0)} (supported: {', '.join(self.dtypes)})")
+        self.require_dtype(ctx)
         shape = ctx.shape(0)
         if not shape:
             ctx.unsupported("a scalar input has no axis")

@@ -37,8 +37,7 @@ class Softmax(OpDef):
     dtypes = ("float32", "float64")
 
     def import_onnx(self, ctx):  # type: ignore[override]
-        if ctx.dtype(0) not in self.dtypes:
-            ctx.unsupported(f"element type {ctx.dtype(0)} (supported: {', '.join(self.dtypes)})")
+        self.require_dtype(ctx)
         rank = len(ctx.shape(0))
         if rank == 0:
             ctx.unsupported("a scalar input has no axis to normalise over")
