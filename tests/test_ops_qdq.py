@@ -170,11 +170,12 @@ def test_qdq_conv_end_to_end(tmp_path: Path) -> None:
 
 
 def test_mlperf_qdq_model(tmp_path: Path) -> None:
-    """The MLPerf Tiny KWS DS-CNN QDQ model vs onnxruntime (graph optimisations off), float path."""
+    """The MLPerf Tiny KWS DS-CNN QDQ model vs onnxruntime (graph optimisations off), float path
+    (`quantize="none"`: Quantize/Dequantize as float ops; the int8 path is tests/test_quant_models.py)."""
     d = MLPERF / "mlperf_kws_dscnn"
     if not (d / "model_int8_qdq.onnx").exists():
         pytest.skip("MLPerf Tiny models not available")
-    tinyc.compile(d / "model_int8_qdq.onnx", tmp_path / "kws")
+    tinyc.compile(d / "model_int8_qdq.onnx", tmp_path / "kws", quantize="none")
     x = np.load(d / "test.npz")["x"][:40]
     want = np.load(d / "ref_int8.npz")["y"][:40]
     got = next(iter(tinyc.run(tmp_path / "kws", {"input_1": x}).values())).reshape(want.shape)

@@ -26,13 +26,40 @@ class CompileResult:
 
 
 def load(model: Any, input_shapes: Sequence[str] | Mapping[str, Sequence[int]] | None = None,
-         name: str | None = None, io_layout: str = "onnx", bind: Mapping[str, Any] | None = None) -> Graph:
+         name: str | None = None, io_layout: str = "onnx", bind: Mapping[str, Any] | None = None,
+         quantize: str = "auto", calib: Any = None, calib_method: str = "minmax") -> Graph:
     """Import an ONNX model (path or ModelProto) and run the optimisation passes.
-    `bind` freezes named inputs to constants (e.g. a Reshape's shape fed as an input)."""
+    `bind` freezes named inputs to constants (e.g. a Reshape's shape fed as an input).
+    quantize: 'auto' runs a QDQ model in int8 with its own scales (float models stay float),
+    'int8' quantizes (a float model needs `calib`), 'none' keeps everything float."""
+    return prepare(model, input_shapes, name, io_layout, bind, quantize, calib, calib_method)[0]
+
+
+def prepare(model: Any, input_shapes: Sequence[str] | Mapping[str, Sequence[int]] | None = None,
+            name: str | None = None, io_layout: str = "onnx", bind: Mapping[str, Any] | None = None,
+            quantize: str = "auto", calib: Any = None, calib_method: str = "minmax",
+            progress: bool = True) -> tuple[Graph, Any]:
+    """`load`, also returning the QuantizationResult (None for a float graph)."""
     from tinyc.frontend import import_onnx
     from tinyc.passes import run_passes
+    from tinyc.passes.qdq import has_int8_annotations
+    from tinyc.quantize.flow import QUANTIZE_MODES, quantize_graph
+    if quantize not in QUANTIZE_MODES:
+        raise UsageError(f"--quantize must be one of {', '.join(QUANTIZE_MODES)}, got {quantize!r}")
+    if calib is not None and quantize == "none":
+        raise UsageError("calibration data given but quantization is off (--quantize none)")
+    if calib is not None:
+        quantize = "int8"
     graph = import_onnx(model, input_shapes=input_shapes, name=name, bind=bind)
-    return run_passes(graph, io_layout=io_layout)
+    run_passes(graph, io_layout=io_layout, int8={"auto": None, "int8": True, "none": False}[quantize])
+    annotated = has_int8_annotations(graph)
+    if quantize == "int8" and calib is None and not annotated:
+        raise UsageError("--quantize int8 needs calibration data (--calib calib.npz: one array per model "
+                         "input with a leading sample dimension)")
+    if quantize == "int8" or (quantize == "auto" and annotated):
+        result = quantize_graph(graph, calib, method=calib_method, progress=progress)
+        return result.graph, result
+    return graph, None
 
 
 def inspect(model: Any, input_shapes: Sequence[str] | Mapping[str, Sequence[int]] | None = None,
@@ -45,17 +72,26 @@ def inspect(model: Any, input_shapes: Sequence[str] | Mapping[str, Sequence[int]
 def compile(model: Any, output_dir: str | os.PathLike, target: str = "host",
             input_shapes: Sequence[str] | Mapping[str, Sequence[int]] | None = None,
             name: str | None = None, io_layout: str = "onnx", cflags: str | None = None,
-            build: bool = False, bind: Mapping[str, Any] | None = None) -> CompileResult:
-    """Compile `model` to C in `output_dir` (sources, CMake project, report.json)."""
+            build: bool = False, bind: Mapping[str, Any] | None = None, quantize: str = "auto",
+            calib: Any = None, calib_method: str = "minmax") -> CompileResult:
+    """Compile `model` to C in `output_dir` (sources, CMake project, report.json).
+    quantize/calib/calib_method: see `load` (int8 post-training quantization)."""
     from tinyc.codegen import generate
     from tinyc.targets import host
     if target not in TARGETS:
         raise UsageError(f"unknown target '{target}' (available: {', '.join(TARGETS)})")
-    graph = model if isinstance(model, Graph) else load(model, input_shapes, name=name, io_layout=io_layout, bind=bind)
+    quant = None
+    if isinstance(model, Graph):
+        graph = model
+    else:
+        graph, quant = prepare(model, input_shapes, name, io_layout, bind, quantize, calib, calib_method)
     out = Path(output_dir)
     gen = generate(graph, prefix=name)
     host.write_project(out, gen.files, gen.manifest, cflags if cflags is not None else host.default_cflags())
     report = dict(gen.report, target=target)
+    if quant is not None:
+        from tinyc.quantize.report import quantization_summary
+        report["quantization"] = quantization_summary(quant)
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     from tinyc.report import markdown_report, memory_svg
     (out / "report.md").write_text(markdown_report(report))
@@ -63,6 +99,71 @@ def compile(model: Any, output_dir: str | os.PathLike, target: str = "host",
     if build:
         host.build(out)
     return CompileResult(out, graph, report, sorted(gen.files))
+
+
+@dataclass
+class QuantizeResult:
+    """What `quantize` produced: the QDQ model (when written), the comparison, the report text."""
+
+    model_path: Path | None
+    comparison: Any
+    summary: dict[str, Any]
+    report_markdown: str
+
+
+def _split_labels(calib: Any, labels: Any, input_names: Sequence[str]) -> tuple[Any, np.ndarray | None]:
+    """Calibration data may carry labels under 'y' (when 'y' is not a model input)."""
+    from tinyc.quantize.calibrate import _load_calib
+    data = dict(_load_calib(calib))
+    if labels is None and "y" in data and "y" not in input_names:
+        labels = data.pop("y")
+    elif "y" in data and "y" not in input_names:
+        data.pop("y")
+    if isinstance(labels, (str, os.PathLike)):
+        try:
+            labels = np.load(labels, allow_pickle=False)
+        except Exception as exc:
+            raise UsageError(f"--labels: cannot read {labels}: {exc}") from None
+        if hasattr(labels, "files"):
+            labels = labels[labels.files[0]]
+    return data, None if labels is None else np.asarray(labels)
+
+
+def quantize(model: Any, calib: Any, output: str | os.PathLike | None = None,
+             report: str | os.PathLike | None = None, calib_method: str = "minmax", labels: Any = None,
+             input_shapes: Sequence[str] | Mapping[str, Sequence[int]] | None = None,
+             progress: bool = True) -> QuantizeResult:
+    """Post-training int8 quantization of a float model without compiling it: optionally write a
+    QDQ ONNX model (the same grids, for onnxruntime or other tools) and a Markdown report of
+    float vs int8 per layer (SNR, max error), top-1, weights and arena bytes."""
+    import onnx
+
+    from tinyc.frontend import import_onnx, load_onnx
+    from tinyc.quantize.calibrate import calibration_samples, collect_ranges
+    from tinyc.quantize.report import compare_float_int8, comparison_markdown, quantization_summary
+    proto = model if isinstance(model, onnx.ModelProto) else load_onnx(model)
+    names = [i.name for i in proto.graph.input]
+    data, lab = _split_labels(calib, labels, names)
+    graph, quant = prepare(proto, input_shapes, quantize="int8", calib=data, calib_method=calib_method,
+                           progress=progress)
+    path = None
+    if output is not None:
+        from tinyc.quantize.export import export_qdq
+        imported = import_onnx(proto, input_shapes=input_shapes)
+        ranges = collect_ranges(imported, data, method=calib_method, progress=progress)
+        qdq = export_qdq(proto, {k: (r.min, r.max) for k, r in ranges.items()})
+        path = Path(output)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(qdq, str(path))
+    n, feeds = calibration_samples(quant.float_graph, data)
+    cmp = compare_float_int8(quant, feeds, n, lab, progress=progress)
+    summary = quantization_summary(quant)
+    title = proto.graph.name or "model"
+    text = comparison_markdown(cmp, summary, title)
+    if report is not None:
+        Path(report).parent.mkdir(parents=True, exist_ok=True)
+        Path(report).write_text(text)
+    return QuantizeResult(path, cmp, summary, text)
 
 
 def _load_inputs(inputs: Any) -> dict[str, np.ndarray]:

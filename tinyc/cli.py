@@ -37,11 +37,33 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_compile(args: argparse.Namespace) -> int:
     from tinyc.api import compile
     res = compile(args.model, args.output, target=args.target, input_shapes=args.input_shape, name=args.name,
-                  io_layout=args.io_layout, cflags=args.cflags, build=args.build, bind=_bindings(args.bind))
+                  io_layout=args.io_layout, cflags=args.cflags, build=args.build, bind=_bindings(args.bind),
+                  quantize=args.quantize, calib=args.calib, calib_method=args.calib_method)
     r = res.report
     print(f"compiled '{r['model']}' for {args.target} -> {res.output_dir}")
     print(f"  layers {len(r['layers'])}, MACs {r['macs']:,}, params {r['params']:,}, weights {r['weights_bytes']:,} B")
     print(f"  arena {r['arena_bytes']:,} B (lower bound {r['arena_lower_bound_bytes']:,} B, {r['memory_strategy']})")
+    q = r.get("quantization")
+    if q:
+        print(f"  int8: {q['int8_nodes']} integer kernels, {len(q['float_nodes'])} ops left in float"
+              + (f" ({', '.join(sorted({f['op'] for f in q['float_nodes']}))})" if q["float_nodes"] else ""))
+    return 0
+
+
+def _cmd_quantize(args: argparse.Namespace) -> int:
+    from tinyc.api import quantize
+    res = quantize(args.model, args.calib, output=args.output, report=args.report, calib_method=args.calib_method,
+                   labels=args.labels, input_shapes=args.input_shape)
+    c = res.comparison
+    if res.model_path:
+        print(f"wrote {res.model_path}")
+    if args.report:
+        print(f"wrote {args.report}")
+    agree = "n/a" if c.top1_agreement is None else f"{100 * c.top1_agreement:.2f}%"
+    print(f"  int8 kernels {res.summary['int8_nodes']}, float ops {len(res.summary['float_nodes'])}, "
+          f"top-1 agreement float vs int8 {agree}")
+    print(f"  weights {c.weights_bytes[0]:,} -> {c.weights_bytes[1]:,} B, arena {c.arena_bytes[0]:,} -> "
+          f"{c.arena_bytes[1]:,} B")
     return 0
 
 
@@ -71,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--io-layout", choices=["onnx", "nhwc"], default="onnx",
                         help="keep the model's I/O layout (default) or take/give channels-last tensors")
 
+    def calib_args(sp: argparse.ArgumentParser, required: bool = False) -> None:
+        sp.add_argument("--calib", required=required, metavar="CALIB.npz",
+                        help="calibration inputs: one array per model input, leading sample dimension")
+        sp.add_argument("--calib-method", choices=["minmax", "percentile", "mse"], default="minmax",
+                        help="activation range: observed min/max (default), 99.99th percentile, or MSE-optimal")
+
     sp = sub.add_parser("inspect", help="show the graph after import and passes")
     model_args(sp)
     sp.set_defaults(func=_cmd_inspect)
@@ -84,7 +112,21 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--build", action="store_true", help="also build it now")
     sp.add_argument("--bind", action="append", metavar="NAME=FILE.npy",
                     help="freeze a model input to a constant value (repeatable)")
+    sp.add_argument("--quantize", choices=["auto", "int8", "none"], default="auto",
+                    help="int8: post-training quantization (needs --calib); auto (default): QDQ models run in "
+                         "int8 with their own scales; none: all float")
+    calib_args(sp)
     sp.set_defaults(func=_cmd_compile)
+
+    sp = sub.add_parser("quantize", help="int8-quantize a float model: QDQ ONNX export and accuracy report")
+    sp.add_argument("model", help="ONNX model file")
+    sp.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
+                    help="fix a symbolic input shape (repeatable)")
+    calib_args(sp, required=True)
+    sp.add_argument("-o", "--output", help="write the QDQ ONNX model here")
+    sp.add_argument("--report", help="write the Markdown report here")
+    sp.add_argument("--labels", help=".npy of labels for top-1 accuracy (or a 'y' key in the calibration file)")
+    sp.set_defaults(func=_cmd_quantize)
 
     sp = sub.add_parser("run", help="build (if needed) and run a compiled project on inputs from an .npz")
     sp.add_argument("project", help="folder written by `tinyc compile`")

@@ -64,4 +64,7 @@ def markdown_report(report: dict[str, Any]) -> str:
         name = layer["name"].replace("|", "\\|")
         lines.append(f"| {i} | {name} | {kind} | {shape} | {layer['macs']:,} | {100 * layer['macs'] / total:.1f}% "
                      f"| {layer['params']:,} | {layer['arena_offset']:,} | {layer['arena_size']:,} | {sched} |")
+    if "quantization" in r:
+        from tinyc.quantize.report import summary_markdown
+        lines += ["", summary_markdown(r["quantization"])]
     return "\n".join(lines) + "\n"

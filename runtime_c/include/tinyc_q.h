@@ -134,6 +134,32 @@ TINYC_Q_INLINE int8_t tinyc_q_add(int8_t a, int8_t b, const tinyc_q_add_params_t
     return tinyc_q_requantize(sum, p->out_multiplier, p->out_shift, p->out_zp, p->act_min, p->act_max);
 }
 
+/* int8 Mul, TFLite reference_integer_ops::Mul: acc = (a - a_zp) * (b - b_zp), exact in int32
+ * (|acc| <= 255 * 255), then requantize with M = s_a * s_b / s_out (arith.mul_int8). */
+TINYC_Q_INLINE int8_t tinyc_q_mul(int8_t a, int8_t b, int32_t a_zp, int32_t b_zp, int32_t multiplier,
+                                  int32_t shift, int32_t out_zp, int32_t act_min, int32_t act_max)
+{
+    const int32_t acc = ((int32_t)a - a_zp) * ((int32_t)b - b_zp);
+    return tinyc_q_requantize(acc, multiplier, shift, out_zp, act_min, act_max);
+}
+
+/* Another grid (arith.rescale), q an int8 or uint8 value, 0 <= left_shift <= 20:
+ * clamp(mbqm((q - in_zp) * 2^left_shift, multiplier, shift) + out_zp, qmin, qmax).
+ * |q - in_zp| <= 255, so the pre-shifted value is < 2^28; clamping before the zero point is added
+ * means a saturated mbqm cannot overflow. */
+TINYC_Q_INLINE int32_t tinyc_q_rescale(int32_t q, int32_t in_zp, int32_t multiplier, int32_t shift,
+                                       int32_t left_shift, int32_t out_zp, int32_t qmin, int32_t qmax)
+{
+    const int32_t x = tinyc_q_mbqm((q - in_zp) * ((int32_t)1 << left_shift), multiplier, shift);
+    return tinyc_q_clamp(x, qmin - out_zp, qmax - out_zp) + out_zp;
+}
+
+/* The same scale, another zero point (arith.rescale without multiplier): exact. */
+TINYC_Q_INLINE int32_t tinyc_q_shift_zp(int32_t q, int32_t in_zp, int32_t out_zp, int32_t qmin, int32_t qmax)
+{
+    return tinyc_q_clamp(q - in_zp + out_zp, qmin, qmax);
+}
+
 #ifdef __cplusplus
 }
 #endif

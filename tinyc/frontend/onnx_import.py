@@ -92,8 +92,7 @@ def _check_ops(model: onnx.ModelProto) -> None:
     """One error listing every unsupported node, so users see the whole job at once."""
     bad = []
     for i, n in enumerate(model.graph.node):
-        domain_ok = n.domain in ("", "ai.onnx")
-        if not domain_ok or onnx_op(n.op_type) is None:
+        if onnx_op(n.op_type, n.domain) is None:
             dom = f"{n.domain}." if n.domain not in ("", "ai.onnx") else ""
             bad.append(f"'{n.name or f'#{i}'}' ({dom}{n.op_type})")
     if bad:
@@ -202,7 +201,7 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
 
 
 def _import_node(g: Graph, onode: onnx.NodeProto, opset: int, node_name: str) -> None:
-    opdef = onnx_op(onode.op_type)
+    opdef = onnx_op(onode.op_type, onode.domain)
     assert opdef is not None
     for i in onode.input:
         if i and i not in g.tensors:
@@ -235,14 +234,21 @@ def add_node(g: Graph, node: Node, fold: bool = True) -> None:
                          f"{type(exc).__name__}: {exc}") from exc
     for out, (shape, dtype) in zip(node.outputs, types):
         if out:
-            g.add_tensor(Tensor(out, tuple(int(d) for d in shape), dtype))
+            # A QOperator importer may have declared the output's quantization parameters already.
+            old = g.tensors.get(out)
+            g.add_tensor(Tensor(out, tuple(int(d) for d in shape), dtype, None, old.quant if old else None))
     real_inputs = [i for i in node.inputs if i]
     if fold and all(g.tensor(i).is_constant for i in real_inputs):
         values = opdef.reference(node, g, [g.tensor(i).data if i else None for i in node.inputs])
+        # DequantizeLinear of a constant (QDQ weights) folds to float but remembers its int8 grid,
+        # so the int8 lowering can keep the model's own weight scales.
+        folded_quant = getattr(opdef, "folded_quant", None)
+        quant = folded_quant(node, g) if folded_quant else None
         for out, val, (shape, dtype) in zip(node.outputs, values, types):
             if out:
                 g.tensors[out] = Tensor(out, tuple(shape), dtype,
-                                        np.ascontiguousarray(np.asarray(val, dtype=dtype)).reshape(tuple(shape)))
+                                        np.ascontiguousarray(np.asarray(val, dtype=dtype)).reshape(tuple(shape)),
+                                        quant)
         return
     for i, out in enumerate(node.outputs):
         if out and any(d < 0 for d in g.tensor(out).shape):

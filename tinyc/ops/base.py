@@ -30,6 +30,7 @@ class OpDef:
 
     op: str = ""                       # tinyc IR op name
     onnx_ops: tuple[str, ...] = ()     # ONNX op types this definition imports
+    ms_ops: tuple[str, ...] = ()       # com.microsoft op types it imports (onnxruntime's QLinear* family)
     template: str | None = None        # kernel template file (templates/kernels/...), None: no code
     inplace: bool = False              # output may overwrite input 0 (same byte size, elementwise)
     alias: bool = False                # output *is* input 0 reinterpreted (reshape-like): no code
@@ -103,6 +104,15 @@ class AxisPermutable:
 
 _REGISTRY: dict[str, OpDef] = {}
 _ONNX_MAP: dict[str, OpDef] = {}
+_MS_MAP: dict[str, OpDef] = {}
+MS_DOMAIN = "com.microsoft"
+
+
+def _map_onnx_names(inst: OpDef) -> None:
+    for o in inst.onnx_ops:
+        _ONNX_MAP[o] = inst
+    for o in inst.ms_ops:
+        _MS_MAP[o] = inst
 
 
 def register(cls: type[OpDef] | None = None, **overrides: Any) -> Any:
@@ -114,8 +124,7 @@ def register(cls: type[OpDef] | None = None, **overrides: Any) -> Any:
         if inst.op in _REGISTRY:
             raise ValueError(f"op {inst.op} registered twice")
         _REGISTRY[inst.op] = inst
-        for o in inst.onnx_ops:
-            _ONNX_MAP[o] = inst
+        _map_onnx_names(inst)
         return c
     return wrap(cls) if cls is not None else wrap
 
@@ -125,8 +134,7 @@ def register_instance(inst: OpDef) -> OpDef:
     if inst.op in _REGISTRY:
         raise ValueError(f"op {inst.op} registered twice")
     _REGISTRY[inst.op] = inst
-    for o in inst.onnx_ops:
-        _ONNX_MAP[o] = inst
+    _map_onnx_names(inst)
     return inst
 
 
@@ -139,10 +147,15 @@ def get_op(op: str) -> OpDef:
         raise UnsupportedError(f"no tinyc operator named '{op}'") from None
 
 
-def onnx_op(op_type: str) -> OpDef | None:
+def onnx_op(op_type: str, domain: str = "") -> OpDef | None:
+    """The OpDef importing `op_type` of `domain` (default ONNX, or com.microsoft), or None."""
     from tinyc.ops import load_all
     load_all()
-    return _ONNX_MAP.get(op_type)
+    if domain in ("", "ai.onnx"):
+        return _ONNX_MAP.get(op_type)
+    if domain == MS_DOMAIN:
+        return _MS_MAP.get(op_type)
+    return None
 
 
 def all_ops() -> dict[str, OpDef]:

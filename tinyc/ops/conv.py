@@ -76,9 +76,12 @@ def weights_to_channels_last(node: Node, graph: Graph, tail: list[int]) -> bool:
     axes go last, in `tail` order), mark the node NHWC. The layout pass adds the transposes."""
     if node.attrs["layout"] != "NCHW":
         return False
-    w = graph.tensor(node.inputs[1]).data
+    w_name = node.inputs[1]
+    w = graph.tensor(w_name).data
     w_last = np.ascontiguousarray(np.transpose(w, list(range(2, w.ndim)) + tail))
     node.inputs[1] = graph.add_constant(graph.unique_name(node.inputs[1] + "_hwio"), w_last)
+    # a QDQ weight's int8 grid (axis counted in the ONNX layout) stays with the moved weights
+    graph.tensor(node.inputs[1]).quant = graph.tensor(w_name).quant
     node.attrs["layout"] = "NHWC"
     return True
 

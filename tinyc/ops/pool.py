@@ -1,13 +1,18 @@
 """Pooling: MaxPool, AveragePool (count_include_pad, ceil_mode), GlobalAverage/MaxPool.
-Imported NCHW; the layout pass runs them channels-last like Conv."""
+Imported NCHW; the layout pass runs them channels-last like Conv.
+
+MaxPool also runs on int8/uint8 (ONNX allows them since opset 12): the maximum of quantized
+values is the quantized maximum when input and output share scale and zero point, so the int8
+lowering reuses this op unchanged (``build_qmaxpool``). Padded taps are skipped, never read."""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
+from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node
-from tinyc.ops.base import OpDef, OutputType, register
+from tinyc.ops.base import OpDef, OutputType, ctype, register
 from tinyc.ops.conv import conv_out_size, resolve_pads
 
 
@@ -32,15 +37,18 @@ class Pool(OpDef):
     onnx_ops = ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
     template = "pool.c.j2"
     channels_last_capable = True
+    dtypes = ("float32", "int8", "uint8")
+    #: element types MaxPool / GlobalMaxPool take besides float32 (no arithmetic, only compares)
+    INT_DTYPES = ("int8", "uint8")
 
     def import_onnx(self, ctx):  # type: ignore[override]
         xs = ctx.shape(0)
         n = len(xs) - 2
         if n not in (1, 2):
             ctx.unsupported(f"only 1D and 2D pooling is supported (input rank {len(xs)})")
-        if ctx.dtype(0) != "float32":
-            ctx.unsupported(f"element type {ctx.dtype(0)} (float32 only)")
         kind = "max" if "Max" in ctx.op_type else "avg"
+        if ctx.dtype(0) != "float32" and not (kind == "max" and ctx.dtype(0) in self.INT_DTYPES):
+            ctx.unsupported(f"element type {ctx.dtype(0)} (float32{', int8, uint8' if kind == 'max' else ''} only)")
         if ctx.op_type.startswith("Global"):
             return ctx.make_node("Pool", inputs=ctx.inputs[:1], kind=kind, kernel=list(xs[2:]), strides=[1] * n,
                                  pads=[0] * (2 * n), dilations=[1] * n, ceil_mode=0, count_include_pad=0,
@@ -82,9 +90,10 @@ class Pool(OpDef):
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         m = self._dims(node, graph)
         sp = [m["OH"], m["OW"]][2 - m["n"]:]
+        dt = graph.tensor(node.inputs[0]).dtype
         if node.attrs["layout"] == "NCHW":
-            return [((m["N"], m["C"], *sp), "float32")]
-        return [((m["N"], *sp, m["C"]), "float32")]
+            return [((m["N"], m["C"], *sp), dt)]
+        return [((m["N"], *sp, m["C"]), dt)]
 
     def macs(self, node: Node, graph: Graph) -> int:
         m = self._dims(node, graph)
@@ -100,6 +109,7 @@ class Pool(OpDef):
         if a["layout"] == "NCHW":
             x = np.moveaxis(x, 1, -1)
         x4 = x.reshape(m["N"], m["H"], m["W"], m["C"]).astype(np.float64)
+        empty = -np.inf if x.dtype.kind == "f" else float(np.iinfo(x.dtype).min)
         wh = _windows(m["H"], m["KH"], m["SH"], m["DH"], m["PT"], m["PB"], m["OH"], bool(a["count_include_pad"]))
         ww = _windows(m["W"], m["KW"], m["SW"], m["DW"], m["PL"], m["PR"], m["OW"], bool(a["count_include_pad"]))
         y = np.zeros((m["N"], m["OH"], m["OW"], m["C"]), np.float64)
@@ -109,7 +119,8 @@ class Pool(OpDef):
                 wsel = [w0 + i * m["DW"] for i in range(m["KW"]) if 0 <= w0 + i * m["DW"] < m["W"]]
                 win = x4[:, hs][:, :, wsel]
                 if a["kind"] == "max":
-                    y[:, oh, ow] = win.max(axis=(1, 2)) if win.size else -np.inf
+                    # an all-padding window (possible only with odd dilations) gives the type's minimum
+                    y[:, oh, ow] = win.max(axis=(1, 2)) if win.size else empty
                 else:
                     y[:, oh, ow] = win.sum(axis=(1, 2)) / max(1, ch * cw)
         y = y.reshape(m["N"], *([m["OH"], m["OW"]][2 - m["n"]:]), m["C"]).astype(inputs[0].dtype)
@@ -123,16 +134,25 @@ class Pool(OpDef):
         node.attrs["layout"] = "NHWC"
         return True
 
+    def check_supported(self, node: Node, graph: Graph) -> None:
+        super().check_supported(node, graph)
+        dt = graph.tensor(node.inputs[0]).dtype
+        if node.attrs["kind"] != "max" and dt != "float32":
+            raise UnsupportedError(f"node '{node.source or node.name}' (Pool): average pooling of {dt} "
+                                   "needs the integer QAvgPool (float32 only here)")
+
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         if node.attrs["layout"] != "NHWC":
-            from tinyc.errors import UnsupportedError
             raise UnsupportedError(f"node '{node.source}': pooling kernels run channels-last only")
         m = self._dims(node, graph)
         a = node.attrs
         wh = _windows(m["H"], m["KH"], m["SH"], m["DH"], m["PT"], m["PB"], m["OH"], bool(a["count_include_pad"]))
         ww = _windows(m["W"], m["KW"], m["SW"], m["DW"], m["PL"], m["PR"], m["OW"], bool(a["count_include_pad"]))
         padded = any(m[k] for k in ("PT", "PL", "PB", "PR")) or a["ceil_mode"]
-        return dict(m=m, kind=a["kind"], padded=padded, global_pool=a.get("is_global", False),
+        dt = graph.tensor(node.inputs[0]).dtype
+        lowest = {"float32": "-INFINITY", "int8": "INT8_MIN", "uint8": "0"}[dt]
+        return dict(m=m, kind=a["kind"], padded=padded, T=ctype(dt), lowest=lowest, is_float=dt == "float32",
+                    global_pool=a.get("is_global", False),
                     include_pad=bool(a["count_include_pad"]),
                     uniform=(not padded) or (a["kind"] == "avg" and a["count_include_pad"] and not a["ceil_mode"]),
                     div_h=[c for _, _, c in wh], div_w=[c for _, _, c in ww])

@@ -12,6 +12,16 @@ Run time is pure integer arithmetic (docs/quantization.md): ``acc = bias[c] + su
 in int32, then ``clamp(mbqm(acc, multiplier[c], shift[c]) + y_zp, qmin, qmax)`` — for int8 output
 exactly ``arith.requantize``. Padded taps are skipped, which equals padding with ``x_zp``.
 onnxruntime requantizes in float, so it may differ from this by 1 LSB.
+
+``build_qconv`` makes the same node from a float Conv of a QDQ or calibrated model (the int8
+lowering): symmetric int8 weights per output channel (the model's own grid when it has one),
+int32 bias on the grid ``s_x * s_w[c]``, the fused activation folded into the output clamp.
+
+The C kernels (``qconv.c.j2``, knob ``variant``): ``baseline`` is the original one-pixel loop;
+``direct`` / ``pointwise`` / ``depthwise`` compute a register tile of ``px_tile`` output pixels x
+``oc_tile`` channels, so every weight load serves several pixels, with products formed in int16
+(exact: see ``_mac_forms``) so that they vectorise, and a branch-free requantization loop equal
+to ``tinyc_q_requantize`` bit for bit.
 """
 from __future__ import annotations
 
@@ -20,10 +30,11 @@ from typing import Any
 import numpy as np
 
 from tinyc.errors import UnsupportedError
-from tinyc.ir import Graph, Node
-from tinyc.ops.base import OutputType, register
+from tinyc.ir import Graph, Node, QuantParams
+from tinyc.ops.base import OutputType, get_op, register
 from tinyc.ops.conv import Conv, conv_out_size, resolve_pads
 from tinyc.quantize import arith
+from tinyc.quantize.qparams import qparams_of
 
 #: Activation types the kernel reads/writes, with their clamp ranges.
 QRANGE: dict[str, tuple[int, int]] = {"int8": (-128, 127), "uint8": (0, 255)}
@@ -59,6 +70,174 @@ def requantize_any(acc: np.ndarray, multiplier: np.ndarray, shift: np.ndarray, z
         return np.asarray(arith.requantize(acc, multiplier, shift, zp, qmin, qmax), dtype=np.int8)
     r = np.asarray(arith.multiply_by_quantized_multiplier(acc, multiplier, shift)).astype(np.int64)
     return np.clip(r + zp, qmin, qmax).astype(np.uint8)
+
+
+# -- the int8 lowering's builder -------------------------------------------------------------
+def _where(name: str, source: str) -> str:
+    return f"node '{source or name}' (QConv)"
+
+
+def reuse_weight_grid(wf: np.ndarray, quant: QuantParams | None, oc_axis: int, axes: tuple[int, ...]
+                      ) -> np.ndarray | None:
+    """The model's own symmetric weight scales per output channel, or None (recompute them).
+
+    `quant` is the grid a QDQ model gave the weight (per-tensor, or per-axis with the axis counted
+    in the ONNX weight's own layout); `axes` are the axis numbers that mean "output channel"
+    (`oc_axis` of `wf` as it is now). Reused only when it is symmetric (zero point 0), its scales
+    are finite and > 0, and the weights lie on it within [-128, 127] (a grid that folding has
+    made stale is not reused)."""
+    if quant is None:
+        return None
+    oc = wf.shape[oc_axis]
+    scale = np.asarray(quant.scale, np.float32).reshape(-1)
+    zp = np.asarray(quant.zero_point).reshape(-1)
+    if np.any(zp != 0) or not np.all(np.isfinite(scale)) or np.any(scale <= 0):
+        return None
+    if scale.size == 1:
+        s = np.full(oc, scale[0], np.float32)
+    elif scale.size == oc and quant.axis is not None and quant.axis in axes:
+        s = scale.astype(np.float32)
+    else:
+        return None
+    shape = [1] * wf.ndim
+    shape[oc_axis] = oc
+    r = wf.astype(np.float64) / s.astype(np.float64).reshape(shape)
+    q = np.rint(r)
+    if np.any(np.abs(r - q) > 1e-3) or q.min(initial=0) < -128 or q.max(initial=0) > 127:
+        return None
+    return s
+
+
+def quantize_weights(wf: np.ndarray, quant: QuantParams | None, oc_axis: int, axes: tuple[int, ...]
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 weights, float32 scale per output channel): the model's grid when `reuse_weight_grid`
+    accepts it, else ``arith.quantize_weights_per_channel`` (max|w| / 127, zero point 0)."""
+    s = reuse_weight_grid(wf, quant, oc_axis, axes)
+    if s is None:
+        q, s = arith.quantize_weights_per_channel(wf, axis=oc_axis)
+        return np.asarray(q, np.int8), np.asarray(s, np.float32)
+    shape = [1] * wf.ndim
+    shape[oc_axis] = -1
+    q = arith.quantize(np.asarray(wf, np.float32), s.reshape(shape), 0, -128, 127)
+    return np.asarray(q, np.int8), s
+
+
+def quantize_bias_fitting(wf: np.ndarray, wq: np.ndarray, s_w: np.ndarray, bf: np.ndarray, s_x: float,
+                          oc_axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(weights, weight scales, int32 bias): ``arith.quantize_bias`` on the grid s_x * s_w[c], except
+    that a channel whose bias would need more than 2^30 steps of that grid (near-zero weights, e.g.
+    a channel that folding or pruning left almost dead) gets the larger weight scale
+    |b[c]| / (s_x * 2^30) and is re-quantized on it, as onnxruntime's quantizer does, so that the
+    bias stays exact-ish and the int32 accumulator cannot overflow."""
+    bs = np.float32(s_x) * np.asarray(s_w, np.float32)
+    need = np.abs(np.asarray(bf, np.float64)) / bs.astype(np.float64)
+    bad = need > float(1 << 30)
+    if np.any(bad):
+        s_w = np.asarray(s_w, np.float32).copy()
+        s_w[bad] = (np.abs(bf[bad]).astype(np.float64) / (float(np.float32(s_x)) * float(1 << 30))).astype(np.float32)
+        s_w[bad] = np.nextafter(s_w[bad], np.float32(np.inf))  # round up: strictly within the budget
+        shape = [1] * wf.ndim
+        shape[oc_axis] = -1
+        wq = np.asarray(arith.quantize(np.asarray(wf, np.float32), s_w.reshape(shape), 0, -127, 127), np.int8)
+    return wq, s_w, np.asarray(arith.quantize_bias(bf, np.float32(s_x), s_w), np.int32)
+
+
+def requant_and_clamp(where: str, s_x: float, s_w: np.ndarray, s_y: float, zp_y: int,
+                      activation: tuple[float | None, float | None] | None) -> tuple[list[int], list[int], int, int]:
+    """(multipliers, shifts) for M[c] = s_x * s_w[c] / s_y and the int8 clamp of the activation."""
+    try:
+        mult, shift = arith.requant_params(np.float32(s_x), np.asarray(s_w, np.float32), np.float32(s_y))
+    except ValueError as exc:
+        raise UnsupportedError(f"{where}: requantization multiplier: {exc}") from None
+    lo, hi = (None, None) if activation is None else activation
+    act_min, act_max = arith.activation_range("clip", s_y, zp_y, lo, hi)
+    if act_min > act_max:
+        raise UnsupportedError(f"{where}: the activation clamp {activation} is empty on the output grid")
+    return ([int(v) for v in np.asarray(mult).reshape(-1)], [int(v) for v in np.asarray(shift).reshape(-1)],
+            int(act_min), int(act_max))
+
+
+def check_accumulator(where: str, wq: np.ndarray, oc_axis: int, bias: np.ndarray, xmax: int = 255) -> None:
+    """Refuse when |bias[c]| + xmax * sum|w[c]| could exceed int32 (|x - x_zp| <= xmax)."""
+    red = tuple(i for i in range(wq.ndim) if i != oc_axis % wq.ndim)
+    wsum = np.abs(wq.astype(np.int64)).sum(axis=red)
+    if int(np.max(np.abs(bias.astype(np.int64)) + xmax * wsum, initial=0)) > INT32_MAX:
+        raise UnsupportedError(f"{where}: the int32 accumulator could overflow for this kernel size / weight range")
+
+
+def _int8_tensor(graph: Graph, name: str, where: str) -> tuple[float, int]:
+    t = graph.tensor(name)
+    if t.dtype != "int8":
+        raise UnsupportedError(f"{where}: tensor '{name}' is {t.dtype} (int8 only)")
+    try:
+        return qparams_of(graph, name)
+    except UnsupportedError as exc:
+        raise UnsupportedError(f"{where}: {exc}") from None
+
+
+def build_qconv(graph: Graph, name: str, x: str, w: str, b: str | None, out: str, conv_attrs: dict[str, Any],
+                activation: tuple[float | None, float | None] | None = None, source: str = "") -> Node:
+    """A QConv node computing the float Conv (`conv_attrs`: its attrs after the passes, layout
+    "NHWC" with weights [*K, C/G, OC], or "NCHW" with [OC, C/G, *K]) on int8 `x` into int8 `out`.
+
+    Weights: int8, symmetric per output channel — the model's own grid (``graph.tensor(w).quant``,
+    axis counted in the ONNX OIHW weight) when it is symmetric and fits, else max|w| / 127. Bias:
+    int32 on the grid s_x * s_w[c] (``arith.quantize_bias``). Requantization per channel with
+    M[c] = s_x * s_w[c] / s_y; `activation` (a real clamp (lo, hi)) becomes [act_min, act_max]."""
+    where = _where(name, source)
+    s_x, zp_x = _int8_tensor(graph, x, where)
+    s_y, zp_y = _int8_tensor(graph, out, where)
+    wt = graph.tensor(w)
+    if wt.data is None:
+        raise UnsupportedError(f"{where}: weights '{w}' must be constant")
+    layout = conv_attrs.get("layout", "NCHW")
+    if layout not in ("NCHW", "NHWC"):
+        raise UnsupportedError(f"{where}: layout {layout!r}")
+    wf = np.asarray(wt.data, np.float32)
+    kernel = [int(k) for k in conv_attrs["kernel"]]
+    if wf.ndim != len(kernel) + 2 or len(kernel) not in (1, 2):
+        raise UnsupportedError(f"{where}: weights of shape {list(wf.shape)} for a {len(kernel)}-D kernel")
+    if not np.all(np.isfinite(wf)):
+        raise UnsupportedError(f"{where}: weights are not finite")
+    oc_axis = 0 if layout == "NCHW" else wf.ndim - 1
+    axes = (0,) if layout == "NCHW" else (0, wf.ndim - 1)  # ONNX's OIHW axis 0, or the current one
+    OC = int(wf.shape[oc_axis])
+    wq, s_w = quantize_weights(wf, wt.quant, oc_axis, axes)
+    if b is None:
+        bias = np.zeros(OC, np.int32)
+    else:
+        bt = graph.tensor(b)
+        if bt.data is None or bt.size != OC:
+            raise UnsupportedError(f"{where}: bias '{b}' must be a constant of {OC} values")
+        bf = np.asarray(bt.data, np.float32).reshape(-1)
+        if not np.all(np.isfinite(bf)):
+            raise UnsupportedError(f"{where}: bias is not finite")
+        wq, s_w, bias = quantize_bias_fitting(wf, wq, s_w, bf, s_x, oc_axis)
+    check_accumulator(where, wq, oc_axis, bias)
+    mult, shift, act_min, act_max = requant_and_clamp(where, s_x, s_w, s_y, zp_y, activation)
+    attrs = dict(kernel=kernel, strides=[int(v) for v in conv_attrs["strides"]],
+                 pads=[int(v) for v in conv_attrs["pads"]], dilations=[int(v) for v in conv_attrs["dilations"]],
+                 group=int(conv_attrs.get("group", 1)), layout=layout, multiplier=mult, shift=shift,
+                 x_zp=zp_x, y_zp=zp_y, act_min=act_min, act_max=act_max, qdtype="int8",
+                 w_scale=[float(v) for v in s_w])
+    xs = graph.tensor(x).shape
+    C, G = int(xs[1] if layout == "NCHW" else xs[-1]), attrs["group"]
+    icg = int(wf.shape[1] if layout == "NCHW" else wf.shape[-2])
+    k_w = list(wf.shape[2:]) if layout == "NCHW" else list(wf.shape[:-2])
+    if len(xs) != wf.ndim or G < 1 or C != icg * G or OC % G or k_w != kernel:
+        raise UnsupportedError(f"{where}: input {list(xs)} / weights {list(wf.shape)} / group {G} / "
+                               f"kernel {kernel} do not match")
+    node = Node(name, "QConv", [x, w, ""], [out], attrs, source=source)
+    try:
+        (shape, _), = get_op("QConv").infer(node, graph)
+    except (KeyError, IndexError, ValueError, ZeroDivisionError) as exc:
+        raise UnsupportedError(f"{where}: attributes {conv_attrs} do not describe a convolution ({exc})") from None
+    if min(shape, default=1) < 1 or tuple(graph.tensor(out).shape) != tuple(shape):
+        raise UnsupportedError(f"{where}: output '{out}' has shape {list(graph.tensor(out).shape)}, "
+                               f"the convolution gives {list(shape)}")
+    node.inputs[1] = graph.add_constant(graph.unique_name(f"{name}_wq"), wq)
+    node.inputs[2] = graph.add_constant(graph.unique_name(f"{name}_bias_q"), bias)
+    return node
 
 
 @register
@@ -194,14 +373,65 @@ class QConv(Conv):
 
     # -- schedule -------------------------------------------------------------------------
     def knobs(self, node: Node, graph: Graph) -> dict[str, list[Any]]:
+        """variant: the tiled kernel for the shape ("pointwise" for 1x1 / stride 1 / no padding,
+        "depthwise" for C/G == 1 — "depthwise_rows" when also stride 1 along W and channel
+        multiplier 1: pixels x channels as one lane vector, first for C < 32 —, else "direct") or
+        "baseline" (one pixel at a time, the original kernel); oc_tile / px_tile: the register tile (channels x output pixels, tails handled);
+        mac: how products are formed (``_mac_forms``); wide_weights: widen int8 weights to int16
+        into the scratch buffer once per call (a vector of int8 weights narrower than the SIMD
+        width would not vectorise); loop_order: which tile loop is outside."""
         m = self._dims(node, graph)
-        return {"variant": ["depthwise" if m["ICG"] == 1 and m["G"] > 1 else "direct"]}
+        dw = m["ICG"] == 1 and m["G"] > 1
+        pw = all(m[k] == 1 for k in ("KH", "KW", "SH", "SW")) and not any(m[k] for k in ("PT", "PL", "PB", "PR"))
+        variants = ["depthwise"] if dw else (["pointwise", "direct"] if pw else ["direct"])
+        if dw and m["SW"] == 1 and m["OCG"] == 1:
+            variants.insert(0 if m["C"] < 32 else 1, "depthwise_rows")
+        ch = m["OC"] if dw else m["OCG"]
+        oc_tiles = [t for t in (64, 32, 16, 8, 4, 2, 1) if t <= ch]
+        if ch < 64 and ch not in oc_tiles:
+            oc_tiles.insert(0, ch)
+        pixels = m["N"] * m["OH"] * m["OW"]
+        forms = _mac_forms(node, graph)
+        int8_w = graph.tensor(node.inputs[1]).dtype == "int8" and forms[0] != "i32"
+        return {"variant": variants + ["baseline"], "oc_tile": oc_tiles,
+                "px_tile": [t for t in (16, 8, 6, 4, 3, 2, 1) if t <= pixels], "mac": forms,
+                "wide_weights": [False, True] if int8_w else [False], "loop_order": ["pixels_outer", "channels_outer"]}
 
     def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
-        return {"variant": self.knobs(node, graph)["variant"][0]}
+        """Measured on x86 AVX-512 (benchmarks/qconv_kernels.py): 64 (else 32, else all) channels per
+        tile, as many pixels as keep <= 256 int32 accumulators, the cheapest exact product form;
+        on the host int16 weights (16-bit vectors of int16 products need no widening per load;
+        depthwise reads int8 activations anyway, so there only for 16 <= tile < 64 channels)."""
+        ks = self.knobs(node, graph)
+        m = self._dims(node, graph)
+        dw = ks["variant"][0] in ("depthwise", "depthwise_rows")
+        ch = m["OC"] if dw else m["OCG"]
+        t = 64 if ch >= 64 else (32 if ch >= 32 else ch)
+        j = max([p for p in ks["px_tile"] if p * t <= 256 and p <= 8] or [1])
+        if ks["variant"][0] == "depthwise_rows":  # about 128 lanes of pixels x channels
+            j = max([p for p in ks["px_tile"] if p * m["C"] <= 128] or [1])
+        wide = target == "host" and True in ks["wide_weights"] and (not dw or 16 <= t < 64)
+        order = "channels_outer" if graph.tensor(node.inputs[1]).nbytes > 256 * 1024 else "pixels_outer"
+        return {"variant": ks["variant"][0], "oc_tile": t, "px_tile": j, "mac": ks["mac"][0],
+                "wide_weights": wide, "loop_order": order}
+
+    def _schedule(self, node: Node, graph: Graph, schedule: dict[str, Any] | None) -> dict[str, Any]:
+        return {**self.default_schedule(node, graph, "host"), **(schedule or {})}
+
+    def _scratch_layout(self, node: Node, graph: Graph, sched: dict[str, Any]) -> tuple[int, int, int]:
+        """(bytes of int16 weights, offset of the x_zp row, its length): the scratch buffer."""
+        if sched["variant"] == "baseline":
+            return 0, 0, 0
+        m = self._dims(node, graph)
+        wbytes = 2 * graph.tensor(node.inputs[1]).size if sched.get("wide_weights") else 0
+        padded = any(m[k] for k in ("PT", "PL", "PB", "PR"))
+        zlen = {"depthwise": m["C"], "depthwise_rows": m["C"] * max(1, int(sched["px_tile"]))}.get(
+            sched["variant"], m["ICG"]) if padded else 0
+        return wbytes, (wbytes + 15) // 16 * 16, zlen
 
     def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> int:
-        return 0
+        wbytes, zoff, zlen = self._scratch_layout(node, graph, self._schedule(node, graph, schedule))
+        return zoff + zlen if zlen else wbytes
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         m = self._dims(node, graph)
@@ -211,7 +441,64 @@ class QConv(Conv):
         OC = m["OC"]
         mult = list(a["multiplier"]) * (OC if len(a["multiplier"]) == 1 else 1)
         shift = list(a["shift"]) * (OC if len(a["shift"]) == 1 else 1)
-        sched = schedule or self.default_schedule(node, graph, "host")
-        return dict(m=m, variant=sched.get("variant", "direct"), mult=m["OCG"], multipliers=mult, shifts=shift,
-                    x_zp=a["x_zp"], y_zp=a["y_zp"], act_min=a["act_min"], act_max=a["act_max"],
-                    int8_out=a["qdtype"] == "int8")
+        sched = self._schedule(node, graph, schedule)
+        ks = self.knobs(node, graph)
+        for k in ("variant", "mac"):
+            if sched[k] not in ks[k]:
+                raise UnsupportedError(f"node '{node.source or node.name}' (QConv): schedule {k}={sched[k]!r} "
+                                       f"is not among {ks[k]}")
+        dw = m["ICG"] == 1 and m["G"] > 1
+        xoff = 128 if graph.tensor(node.inputs[0]).dtype == "uint8" else 0
+        ctx: dict[str, Any] = dict(
+            m=m, variant=sched["variant"], dw=dw, mult=m["OCG"], multipliers=mult, shifts=shift,
+            x_zp=a["x_zp"], y_zp=a["y_zp"], act_min=a["act_min"], act_max=a["act_max"],
+            int8_out=a["qdtype"] == "int8")
+        if sched["variant"] == "baseline":
+            return ctx
+        ch = OC if dw else m["OCG"]
+        wbytes, zoff, zlen = self._scratch_layout(node, graph, sched)
+        folded = _mac_forms(node, graph, want_bias=True)[1] if sched["mac"] == "i16x2" else None
+        ctx.update(T=max(1, min(int(sched["oc_tile"]), ch)), J=max(1, min(int(sched["px_tile"]), m["N"] * m["OH"] * m["OW"])),
+                   mac=sched["mac"], wide=bool(wbytes), zoff=zoff, zlen=zlen, xoff=xoff,
+                   pixels=m["N"] * m["OH"] * m["OW"], loop_order=sched.get("loop_order", "pixels_outer"),
+                   folded_bias=folded, rshifts=[max(-s, 0) for s in shift],
+                   lshift=any(s > 0 for s in shift), lmuls=[1 << max(s, 0) for s in shift])
+        if sched["variant"] == "depthwise_rows":
+            C, J = m["C"], ctx["J"]
+            w = np.asarray(graph.tensor(node.inputs[1]).data).reshape(-1, C)  # [KH*KW, C]
+            bias = folded if folded is not None else [int(v) for v in graph.tensor(node.inputs[2]).data.reshape(-1)]
+            rep = lambda v: [v[l % C] for l in range(J * C)]  # noqa: E731  (lane l is channel l % C)
+            ctx["lanes"] = dict(w=[int(v) for q in range(w.shape[0]) for v in rep(w[q])], bias=rep(bias),
+                                mul=rep(mult), rsh=rep(ctx["rshifts"]), lmul=rep(ctx["lmuls"]))
+            lo = min(m["PL"], m["OW"])
+            ctx.update(ow_lo=lo, ow_hi=max(lo, min(m["OW"], m["W"] + m["PL"] - (m["KW"] - 1) * m["DW"])))
+        return ctx
+
+
+def _mac_forms(node: Node, graph: Graph, want_bias: bool = False) -> Any:
+    """Exact ways the tiled kernels may form products, fastest first:
+
+    * "i16x2": x' = x - xoff (xoff = 128 for uint8, so x' is in [-128, 127]) times int8 weights in
+      [-127, 127], two products summed in int16 (|x'a * wa + x'b * wb| <= 2 * 128 * 127 = 32512),
+      then added to an int32 accumulator that starts at bias[c] - (x_zp - xoff) * sum(w[c]) (the
+      zero point folded out; padded taps read x_zp, which that start value cancels). Needs every
+      partial sum inside int32: |start| + 128 * sum|w[c]| <= 2^31 - 1.
+    * "i16": (x - x_zp) * w in int16 (|x - x_zp| <= 255, |w| <= 128: |product| <= 32640).
+    * "i32": int32 products (always; int16 weights of a uint8 QLinearConv need it).
+
+    With want_bias, returns (forms, folded int32 bias per channel or None)."""
+    wt, bt = graph.tensor(node.inputs[1]), graph.tensor(node.inputs[2])
+    forms = ["i32"]
+    folded = None
+    if wt.dtype == "int8" and wt.data is not None and bt.data is not None:
+        oc = wt.shape[-1] if node.attrs["layout"] == "NHWC" else wt.shape[0]
+        w = np.asarray(wt.data, np.int64)
+        w = w.reshape(-1, oc) if node.attrs["layout"] == "NHWC" else w.reshape(oc, -1).T
+        forms.insert(0, "i16")
+        xoff = 128 if graph.tensor(node.inputs[0]).dtype == "uint8" else 0
+        start = np.asarray(bt.data, np.int64).reshape(-1) - (int(node.attrs["x_zp"]) - xoff) * w.sum(axis=0)
+        if w.size and int(np.abs(w).max()) <= 127 and \
+                int(np.max(np.abs(start) + 128 * np.abs(w).sum(axis=0))) <= INT32_MAX:
+            forms.insert(0, "i16x2")
+            folded = [int(v) for v in start]
+    return (forms, folded) if want_bias else forms

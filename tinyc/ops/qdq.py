@@ -21,7 +21,7 @@ import numpy as np
 from onnx import TensorProto
 
 from tinyc.errors import UnsupportedError
-from tinyc.ir import Graph, Node
+from tinyc.ir import Graph, Node, QuantParams
 from tinyc.ops.base import OpDef, OutputType, normalize_axis, register
 from tinyc.quantize import arith
 
@@ -185,6 +185,14 @@ class DequantizeLinear(_QDQ):
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         return [(graph.tensor(node.inputs[0]).shape, "float32")]
+
+    def folded_quant(self, node: Node, graph: Graph) -> QuantParams:
+        """The parameters of a constant this node dequantizes at import (its grid, for the lowering)."""
+        a = node.attrs
+        if a["axis"] is None:
+            return QuantParams(np.array(a["scale"], np.float32), np.array(a["zp"], np.int64), None)
+        return QuantParams(np.asarray(graph.tensor(node.inputs[1]).data, np.float32).copy(),
+                           np.asarray(graph.tensor(node.inputs[2]).data, np.int64).copy(), int(a["axis"]))
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]

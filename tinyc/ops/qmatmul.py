@@ -10,6 +10,12 @@ walks N contiguously). A 2-D ``b`` treats ``a`` as rows (leading dims flattened,
 N-D ``b`` is a batched product with numpy broadcasting of the batch dims. ``a_zp`` and ``y_zp`` are
 per-tensor; ``b_scale``/``b_zp`` per-tensor or per-column (N). A non-zero ``b_zp`` costs one row
 sum per output row (``acc -= b_zp[n] * sum_k (a - a_zp)``), not a subtraction per MAC.
+
+The same node serves fully connected layers (``build_qfc``, the int8 lowering of a float Gemm) and
+com.microsoft ``QGemm``: an optional third input, an int32 bias per column on the grid
+``a_scale * b_scale[n]`` (QGemm: times alpha), starts the accumulator, and ``act_min`` /
+``act_max`` (a fused activation) narrow the output clamp. QGemm's uint8 activations run on the
+int8 kernel between exact ``QRequantize`` shifts (q_int8 = q_uint8 - 128).
 """
 from __future__ import annotations
 
@@ -17,13 +23,17 @@ from typing import Any
 
 import numpy as np
 
+from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, OutputType, broadcast_strides, register
+from tinyc.ops.qconv import _int8_tensor, quantize_bias_fitting, quantize_weights, requant_and_clamp
 from tinyc.quantize import arith
+from tinyc.quantize.qparams import add_qtensor, per_tensor, qparams_of
 
 QTYPES: dict[str, tuple[int, int]] = {"int8": (-128, 127), "uint8": (0, 255)}
 #: |(a - a_zp) * (b - b_zp)| <= 255 * 255, so K terms stay inside int32 up to this K.
 MAX_K = (2**31 - 1) // (255 * 255)
+INT32_MAX = 2**31 - 1
 
 
 def _scalar(ctx: Any, i: int, what: str) -> np.ndarray:
@@ -43,16 +53,74 @@ def _per_col(ctx: Any, i: int, what: str, n: int) -> np.ndarray:
     ctx.unsupported(f"{what} of shape {v.shape}: only per-tensor or per-column (N={n}) is supported")
 
 
+def _check_bias_acc(where: str, bias: np.ndarray, b_raw: np.ndarray, b_zp: np.ndarray) -> None:
+    """|bias[n]| + 255 * sum_k |b[k, n] - b_zp[n]| (the result) and + 255 * sum_k |b[k, n]| (the
+    kernel's partial sums before the b_zp row-sum correction) must fit int32."""
+    bl = np.asarray(b_raw, np.int64)
+    col = np.maximum(np.abs(bl - np.asarray(b_zp, np.int64).reshape(1, -1)).sum(axis=0), np.abs(bl).sum(axis=0))
+    if int(np.max(np.abs(np.asarray(bias, np.int64)) + 255 * col, initial=0)) > INT32_MAX:
+        raise UnsupportedError(f"{where}: the int32 accumulator could overflow for this K / weight range / bias")
+
+
+def build_qfc(graph: Graph, name: str, x: str, w: str, b: str | None, out: str,
+              activation: tuple[float | None, float | None] | None = None, source: str = "") -> Node:
+    """A QMatMul node computing the float fully connected layer x @ w + b (x [.., K] int8, `w` a
+    float32 constant [K, N], `b` a float32 constant [N] or None) into int8 `out` [.., N].
+
+    Weights: int8, symmetric per column — the model's own grid (``graph.tensor(w).quant``: per
+    tensor, or per axis on N: axis 1 of [K, N], or axis 0 of a transB [N, K] original) when it is
+    symmetric and the weights lie on it, else max|w[:, n]| / 127. Bias: int32 on the grid
+    s_x * s_w[n]. M[n] = s_x * s_w[n] / s_y; `activation` (a real clamp) narrows the output clamp."""
+    where = f"node '{source or name}' (QMatMul)"
+    s_x, zp_x = _int8_tensor(graph, x, where)
+    s_y, zp_y = _int8_tensor(graph, out, where)
+    wt = graph.tensor(w)
+    if wt.data is None or wt.data.ndim != 2:
+        raise UnsupportedError(f"{where}: weights '{w}' must be a constant matrix [K, N]")
+    wf = np.asarray(wt.data, np.float32)
+    if not np.all(np.isfinite(wf)):
+        raise UnsupportedError(f"{where}: weights are not finite")
+    K, N = (int(d) for d in wf.shape)
+    xs = graph.tensor(x).shape
+    if len(xs) < 1 or xs[-1] != K:
+        raise UnsupportedError(f"{where}: input {list(xs)} does not match weights [{K}, {N}]")
+    if tuple(graph.tensor(out).shape) != (*xs[:-1], N):
+        raise UnsupportedError(f"{where}: output '{out}' has shape {list(graph.tensor(out).shape)}, "
+                               f"expected {[*xs[:-1], N]}")
+    wq, s_w = quantize_weights(wf, wt.quant, 1, (1, 0))
+    bias = None
+    if b is not None:
+        bt = graph.tensor(b)
+        if bt.data is None or bt.size != N:
+            raise UnsupportedError(f"{where}: bias '{b}' must be a constant of {N} values")
+        bf = np.asarray(bt.data, np.float32).reshape(-1)
+        if not np.all(np.isfinite(bf)):
+            raise UnsupportedError(f"{where}: bias is not finite")
+        wq, s_w, bias = quantize_bias_fitting(wf, wq, s_w, bf, s_x, 1)
+    _check_bias_acc(where, np.zeros(N) if bias is None else bias, wq, np.zeros(N))
+    mult, shift, act_min, act_max = requant_and_clamp(where, s_x, s_w, s_y, zp_y, activation)
+    ins = [x, graph.add_constant(graph.unique_name(f"{name}_wq"), wq)]
+    if bias is not None:
+        ins.append(graph.add_constant(graph.unique_name(f"{name}_bias_q"), bias))
+    return Node(name, "QMatMul", ins, [out],
+                dict(multiplier=mult, shift=shift, a_zp=zp_x, b_zp=[0] * N, y_zp=zp_y, qmin=-128, qmax=127,
+                     ydtype="int8", act_min=act_min, act_max=act_max, w_scale=[float(v) for v in s_w]),
+                source=source)
+
+
 @register
 class QMatMul(OpDef):
     """y = requantize((a - a_zp) @ (b - b_zp)) with a constant b (int8/uint8 in and out)."""
 
     op = "QMatMul"
     onnx_ops = ("QLinearMatMul",)
+    ms_ops = ("QGemm",)
     template = "qmatmul.c.j2"
     dtypes = tuple(QTYPES)
 
     def import_onnx(self, ctx):  # type: ignore[override]
+        if ctx.op_type == "QGemm":
+            return _import_qgemm(ctx)
         for i, what in ((0, "a"), (3, "b"), (7, "y_zero_point")):
             if not ctx.has_input(i):
                 ctx.unsupported(f"input {i} ({what}) is required")
@@ -129,32 +197,41 @@ class QMatMul(OpDef):
             acc = (a64.reshape(-1, a.shape[-1]) @ b64).reshape(*a.shape[:-1], b.shape[-1])
         else:
             acc = np.matmul(a64, b64)
+        if len(inputs) > 2 and inputs[2] is not None:
+            acc = acc + inputs[2].astype(np.int64).reshape(-1)
         x = np.asarray(arith.multiply_by_quantized_multiplier(
             acc, np.asarray(at["multiplier"], np.int32), np.asarray(at["shift"], np.int32))).astype(np.int64)
-        y = np.clip(x + at["y_zp"], at["qmin"], at["qmax"])
+        lo, hi = _clamp(at)
+        y = np.clip(x + at["y_zp"], lo, hi)
         return [y.astype(at["ydtype"])]
 
     # -- code generation -------------------------------------------------------------------------
     def knobs(self, node: Node, graph: Graph) -> dict[str, list[Any]]:
+        """n_tile x m_tile int32 accumulators (tails handled); mac "i16": (a - a_zp) * b formed in
+        int16 (int8 b: |product| <= 255 * 128 < 2^15), so it vectorises as 16-bit multiplies."""
         a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
         _, M, _, N, _ = self._dims(a, b)
-        n_tiles = [t for t in (32, 16, 8, 4, 2, 1) if t <= N]
-        if N < 32 and N not in n_tiles:
+        n_tiles = [t for t in (64, 32, 16, 8, 4, 2, 1) if t <= N]
+        if N < 64 and N not in n_tiles:
             n_tiles.insert(0, N)
-        return {"n_tile": n_tiles, "m_tile": [t for t in (4, 2, 1) if t <= M]}
+        macs = ["i16", "i32"] if graph.tensor(node.inputs[1]).dtype == "int8" else ["i32"]
+        return {"n_tile": n_tiles, "m_tile": [t for t in (4, 2, 1) if t <= M], "mac": macs}
 
     def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
-        """Widest column tile, then as many rows (<= 4) as keep <= 128 int32 accumulators."""
+        """Widest column tile (64 int8 columns fill an AVX-512 vector), then as many rows (<= 4) as
+        keep <= 256 int32 accumulators; int16 products where exact."""
         ks = self.knobs(node, graph)
         s = {k: v[0] for k, v in ks.items()}
-        fits = [r for r in ks["m_tile"] if r * s["n_tile"] <= 128]
+        fits = [r for r in ks["m_tile"] if r * s["n_tile"] <= 256]
         s["m_tile"] = max(fits) if fits else 1
         return s
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
         batch, M, K, N, _ = self._dims(a, b)
-        sched = schedule or self.default_schedule(node, graph, "host")
+        sched = {**self.default_schedule(node, graph, "host"), **(schedule or {})}
+        if sched["mac"] not in self.knobs(node, graph)["mac"]:
+            raise UnsupportedError(f"node '{node.source or node.name}' (QMatMul): mac={sched['mac']!r} needs int8 b")
         at = node.attrs
         if batch:
             a2, b2 = tuple(a[:-2]), tuple(b[:-2])
@@ -163,6 +240,140 @@ class QMatMul(OpDef):
         else:
             bsa, bsb = [], []
         uniform = len(set(zip(at["multiplier"], at["shift"]))) == 1
+        lo, hi = _clamp(at)
+        shifts = [int(v) for v in at["shift"]]
         return dict(batch=batch, bsa=bsa, bsb=bsb, M=M, K=K, N=N,
                     n_tile=min(int(sched.get("n_tile", 1)), N), m_tile=min(int(sched.get("m_tile", 1)), M),
-                    uniform=uniform, has_bzp=any(at["b_zp"]), uniform_bzp=len(set(at["b_zp"])) == 1)
+                    mac=sched["mac"], uniform=uniform, has_bzp=any(at["b_zp"]), uniform_bzp=len(set(at["b_zp"])) == 1,
+                    has_bias=len(node.inputs) > 2 and bool(node.inputs[2]), LO=lo - at["y_zp"], HI=hi - at["y_zp"],
+                    rshifts=[max(-v, 0) for v in shifts], lshift=any(v > 0 for v in shifts),
+                    lmuls=[1 << max(v, 0) for v in shifts])
+
+
+def _clamp(at: dict[str, Any]) -> tuple[int, int]:
+    """The output clamp: the type's range narrowed by a fused activation's [act_min, act_max]."""
+    return max(at["qmin"], at.get("act_min", at["qmin"])), min(at["qmax"], at.get("act_max", at["qmax"]))
+
+
+# -- com.microsoft QGemm -----------------------------------------------------------------------------
+def _import_qgemm(ctx: Any) -> list[Node]:
+    """QGemm(A, a_scale, a_zp, B, b_scale, b_zp, C, y_scale, y_zp; transA, transB, alpha) ->
+    [QRequantize] [Transpose] QMatMul [QRequantize].
+
+    onnxruntime: acc = C + (A' - a_zp) @ (B' - b_zp) in int32 (C int32, broadcast), output
+    y_zp + acc * (alpha * a_scale * b_scale[n] / y_scale) rounded. Here the multiplier is
+    quantize_multiplier(alpha * a_scale * b_scale[n] / y_scale) (float64 from the float32 values)
+    and the rest is QMatMul's integer arithmetic; uint8 A / y go through exact QRequantize shifts to
+    int8 (q - 128, zp - 128), uint8 B becomes int8 B - 128 with b_zp - 128 (b - b_zp unchanged)."""
+    from tinyc.ops.qelementwise import build_qrequantize
+    g = ctx.graph
+    if not ctx.has_input(7):
+        ctx.unsupported("y_scale is absent: QGemm with a float output is not supported (quantized output only)")
+    if not ctx.has_input(8):
+        ctx.unsupported("y_zero_point is absent: onnxruntime then writes a float output, which tinyc does not support")
+    at, bt, yt = ctx.dtype(0), ctx.dtype(3), ctx.dtype(8)
+    for dt, what in ((at, "A"), (bt, "B"), (yt, "y_zero_point")):
+        if dt not in QTYPES:
+            ctx.unsupported(f"{what} of type {dt} (int8/uint8 only)")
+    for zi, ti, what in ((2, 0, "a_zero_point"), (5, 3, "b_zero_point")):
+        if ctx.has_input(zi) and ctx.dtype(zi) != ctx.dtype(ti):
+            ctx.unsupported(f"{what} type {ctx.dtype(zi)} differs from its tensor's type {ctx.dtype(ti)}")
+    for si, what in ((1, "a_scale"), (4, "b_scale"), (7, "y_scale")):
+        if ctx.dtype(si) not in ("float32", "float16"):
+            ctx.unsupported(f"{what} of type {ctx.dtype(si)} (float32/float16 only)")
+    ta, tb = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))
+    alpha = float(np.float32(ctx.attr("alpha", 1.0)))
+    if not np.isfinite(alpha) or alpha <= 0:
+        ctx.unsupported(f"alpha = {alpha} (only alpha > 0 is supported)")
+    a_shape = ctx.shape(0)
+    b = np.asarray(ctx.require_const(3, "B"))
+    if len(a_shape) != 2 or b.ndim != 2:
+        ctx.unsupported(f"A {list(a_shape)} and B {list(b.shape)} must be matrices")
+    M, K = (a_shape[1], a_shape[0]) if ta else (a_shape[0], a_shape[1])
+    bkn = b.T if tb else b
+    if bkn.shape[0] != K:
+        ctx.unsupported(f"inner dimensions differ: A {list(a_shape)} (transA={ta}) vs B {list(b.shape)} (transB={tb})")
+    N = int(bkn.shape[1])
+    if K > MAX_K:
+        ctx.unsupported(f"K = {K} could overflow the int32 accumulator (max {MAX_K})")
+    a_scale = float(_scalar(ctx, 1, "a_scale").astype(np.float32))
+    y_scale = float(_scalar(ctx, 7, "y_scale").astype(np.float32))
+    b_scale = _per_col(ctx, 4, "b_scale", N).astype(np.float32)
+    a_zp = int(_scalar(ctx, 2, "a_zero_point")) if ctx.has_input(2) else 0
+    y_zp = int(_scalar(ctx, 8, "y_zero_point"))
+    b_zp = _per_col(ctx, 5, "b_zero_point", N).astype(np.int64) if ctx.has_input(5) else np.zeros(N, np.int64)
+    if not (np.isfinite(a_scale) and a_scale > 0 and np.isfinite(y_scale) and y_scale > 0
+            and np.all(np.isfinite(b_scale)) and np.all(b_scale >= 0)):
+        ctx.unsupported("scales must be finite, a_scale and y_scale > 0, b_scale >= 0")
+    if ctx.has_input(6):
+        if ctx.dtype(6) != "int32":
+            ctx.unsupported(f"C of type {ctx.dtype(6)} (int32 only)")
+        c = np.asarray(ctx.require_const(6, "C")).astype(np.int64)
+        if c.size == 1:
+            c = np.full(N, int(c.reshape(-1)[0]), np.int64)
+        elif c.size == N and c.shape[-1] == N and c.ndim <= 2:
+            c = c.reshape(N)
+        else:
+            ctx.unsupported(f"C of shape {list(c.shape)}: only a scalar or a per-column [N] / [1, N] bias")
+    else:
+        c = None
+    try:
+        real = float(alpha) * float(a_scale) * b_scale.astype(np.float64) / float(y_scale)
+        mult, shift = arith.quantize_multiplier(real)
+    except ValueError as e:
+        ctx.unsupported(f"requantization multiplier: {e}")
+    # B as int8 [K, N]: b - b_zp itself when it fits int8 (no run-time correction), else b - 128
+    # with b_zp - 128 (uint8 B), corrected at run time by b_zp * row sums.
+    d = bkn.astype(np.int64) - b_zp.reshape(1, N)
+    if d.min(initial=0) >= -128 and d.max(initial=0) <= 127:
+        b_i8, b_zp = d.astype(np.int8), np.zeros(N, np.int64)
+    elif bt == "uint8":
+        b_i8, b_zp = (bkn.astype(np.int64) - 128).astype(np.int8), b_zp - 128
+    else:
+        b_i8 = bkn.astype(np.int8)
+    try:
+        _check_bias_acc(f"node '{ctx.name}' (QGemm)", np.zeros(N) if c is None else c, b_i8, b_zp)
+    except UnsupportedError as e:
+        ctx.unsupported(str(e).split(": ", 1)[-1])
+    if c is not None and (c.min() < -2**31 or c.max() > INT32_MAX):
+        ctx.unsupported("C outside int32")
+    # A: its grid, int8 (uint8 through an exact QRequantize), transposed if transA
+    nodes: list[Node] = []
+    a_name = ctx.inputs[0]
+    ta_t = g.tensor(a_name)
+    if at == "uint8" and ta_t.is_constant:
+        ctx.unsupported("a constant uint8 A is not supported")
+    if ta_t.quant is None:
+        ta_t.quant = per_tensor(a_scale, a_zp)
+    elif qparams_of(g, a_name) != (float(np.float32(a_scale)), a_zp):
+        ctx.unsupported(f"A '{a_name}' is already quantized as {qparams_of(g, a_name)}, this node reads it as "
+                        f"{(a_scale, a_zp)}")
+    a_zp_i8 = a_zp - (128 if at == "uint8" else 0)
+    if at == "uint8":
+        mid = g.unique_name(f"{a_name}_i8")
+        add_qtensor(g, mid, tuple(a_shape), a_scale, a_zp_i8)
+        nodes.append(build_qrequantize(g, g.unique_name(f"{ctx.name}_{mid}"), a_name, mid, source=ctx.name))
+        a_name = mid
+    if ta:
+        at_name = g.unique_name(f"{ctx.name}_a_t")
+        add_qtensor(g, at_name, (M, K), a_scale, a_zp_i8)
+        nodes.append(Node(g.unique_name(f"{ctx.name}_transA"), "Transpose", [a_name], [at_name], {"perm": [1, 0]},
+                          source=ctx.name))
+        a_name = at_name
+    out = ctx.outputs[0]
+    add_qtensor(g, out, (M, N), y_scale, y_zp, yt)
+    y_name = out
+    if yt == "uint8":
+        y_name = g.unique_name(f"{out}_i8")
+        add_qtensor(g, y_name, (M, N), y_scale, y_zp - 128)
+    ins = [a_name, ctx.add_constant("b_kn", np.ascontiguousarray(b_i8))]
+    if c is not None:
+        ins.append(ctx.add_constant("bias", c.astype(np.int32)))
+    nodes.append(Node(ctx.name, "QMatMul", ins, [y_name],
+                      dict(multiplier=[int(v) for v in np.asarray(mult).reshape(N)],
+                           shift=[int(v) for v in np.asarray(shift).reshape(N)], a_zp=a_zp_i8,
+                           b_zp=[int(v) for v in b_zp], y_zp=y_zp - (128 if yt == "uint8" else 0),
+                           qmin=-128, qmax=127, ydtype="int8"), source=ctx.name))
+    if yt == "uint8":
+        nodes.append(build_qrequantize(g, g.unique_name(f"{ctx.name}_{out}_u8"), y_name, out, source=ctx.name))
+    return nodes

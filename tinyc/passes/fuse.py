@@ -7,7 +7,12 @@ from tinyc.ops import get_op
 FUSE_INTO = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Sub", "Mul", "ChannelAffine"}
 
 
-def fuse_activations(graph: Graph) -> bool:
+#: Activations an int8 kernel folds into its output clamp; others run as their own (lookup table) op.
+CLAMPS = ("Relu", "Clip")
+
+
+def fuse_activations(graph: Graph, clamps_only: bool = False) -> bool:
+    """clamps_only: an int8 graph keeps non-clamp activations separate (they need their own grid)."""
     changed = False
     consumers = graph.consumers()
     for node in list(graph.nodes):
@@ -22,6 +27,8 @@ def fuse_activations(graph: Graph) -> bool:
         act = users[0]
         spec = getattr(get_op(act.op), "spec", None)
         if spec is None or not getattr(spec, "fusable", False) or act.inputs[0] != out:
+            continue
+        if clamps_only and act.op not in CLAMPS:
             continue
         node.attrs["activation"] = {"op": act.op, "attrs": {k: v for k, v in act.attrs.items()}}
         graph.nodes.remove(act)

@@ -39,7 +39,12 @@ def _insert_transpose(graph: Graph, src: str, dst: str, perm: list[int], source:
     node = Node(graph.unique_name(f"{source}_transpose"), "Transpose", [src], [dst], {"perm": list(perm)},
                 source=source)
     t = graph.tensor(src)
-    graph.tensors[dst] = Tensor(dst, tuple(t.shape[p] for p in perm), t.dtype)
+    # A transpose moves values without changing them: both sides share one int8 annotation.
+    old = graph.tensors.get(dst)
+    quant = old.quant if old is not None and old.quant is not None else t.quant
+    if t.quant is None and not t.is_constant:
+        t.quant = quant
+    graph.tensors[dst] = Tensor(dst, tuple(t.shape[p] for p in perm), t.dtype, None, quant)
     graph.nodes.insert(index, node)
     return node
 
@@ -47,7 +52,8 @@ def _insert_transpose(graph: Graph, src: str, dst: str, perm: list[int], source:
 def _reinfer(graph: Graph, node: Node) -> None:
     for out, (shape, dtype) in zip(node.outputs, get_op(node.op).infer(node, graph)):
         if out:
-            graph.tensors[out] = Tensor(out, tuple(shape), dtype)
+            old = graph.tensors.get(out)
+            graph.tensors[out] = Tensor(out, tuple(shape), dtype, None, old.quant if old is not None else None)
 
 
 def convert_to_channels_last(graph: Graph) -> bool:
