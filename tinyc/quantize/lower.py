@@ -217,51 +217,49 @@ def _needs_output(low: _Lowering, node: Node) -> str | None:
 
 
 # -- rules -----------------------------------------------------------------------------------
-def _lower_conv(low: _Lowering, node: Node) -> str | None:
-    from tinyc.ops.qconv import build_qconv
+def _lower_weighted(low: _Lowering, node: Node, build: Callable[..., Node], shape_check: Callable[[Any, Any], str | None],
+                    *extra: Any) -> str | None:
+    """Conv and fully connected: constant float weights/bias quantized by the builder, clamp fused."""
     g = low.g
-    if node.attrs.get("layout") != "NHWC":
-        return "convolution not channels-last"
     ok, clamp = clamp_of(node)
     if not ok:
         return f"fused {node.attrs['activation']['op']} is not a clamp"
-    w = node.inputs[1]
-    b = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
-    if not g.tensor(w).is_constant or (b is not None and not g.tensor(b).is_constant):
+    w = g.tensor(node.inputs[1])
+    b = g.tensor(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    if not w.is_constant or (b is not None and not b.is_constant):
         return "weights or bias not constant"
-    why = _needs_output(low, node)
+    why = shape_check(w, b) or _needs_output(low, node)
     if why:
         return why
     x_q = low.as_int8(node.inputs[0])
     out = node.outputs[0]
     y_q = low.int8_output(out)
-    low.emit(build_qconv(g, node.name, x_q, w, b, y_q, node.attrs, clamp, source=node.source), out, y_q)
+    low.emit(build(g, node.name, x_q, w.name, b.name if b is not None else None, y_q, *extra, clamp,
+                   source=node.source), out, y_q)
+    return None
+
+
+def _lower_conv(low: _Lowering, node: Node) -> str | None:
+    from tinyc.ops.qconv import build_qconv
+    if node.attrs.get("layout") != "NHWC":
+        return "convolution not channels-last"
+    return _lower_weighted(low, node, build_qconv, lambda w, b: None, node.attrs)
+
+
+def _fc_shapes(w: Any, b: Any) -> str | None:
+    if len(w.shape) != 2:
+        return "weights not a constant matrix"
+    if b is not None and b.size != w.shape[1]:
+        return "bias not a per-column vector"
     return None
 
 
 def _lower_gemm(low: _Lowering, node: Node) -> str | None:
     from tinyc.ops.qmatmul import build_qfc
-    g = low.g
     a = node.attrs
     if a.get("transA") or a.get("transB") or float(a.get("alpha", 1.0)) != 1.0 or float(a.get("beta", 1.0)) != 1.0:
         return "Gemm with transposes or alpha/beta"
-    ok, clamp = clamp_of(node)
-    if not ok:
-        return f"fused {a['activation']['op']} is not a clamp"
-    w = node.inputs[1]
-    b = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
-    if not g.tensor(w).is_constant or len(g.tensor(w).shape) != 2:
-        return "weights not a constant matrix"
-    if b is not None and (not g.tensor(b).is_constant or g.tensor(b).size != g.tensor(w).shape[1]):
-        return "bias not a constant per-column vector"
-    why = _needs_output(low, node)
-    if why:
-        return why
-    x_q = low.as_int8(node.inputs[0])
-    out = node.outputs[0]
-    y_q = low.int8_output(out)
-    low.emit(build_qfc(g, node.name, x_q, w, b, y_q, clamp, source=node.source), out, y_q)
-    return None
+    return _lower_weighted(low, node, build_qfc, _fc_shapes)
 
 
 def _lower_binary(low: _Lowering, node: Node) -> str | None:
