@@ -6,7 +6,6 @@ QGemm nodes (int8 and uint8, transA / transB, alpha, per-column scales, bias); o
 clear UnsupportedErrors naming the node."""
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,30 +18,16 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tinyc
 import tinyc.reference
-from tinyc.codegen.pipeline import generate
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, QuantParams, Tensor
 from tinyc.ops import get_op
 from tinyc.ops.qmatmul import build_qfc
 from tinyc.quantize.qparams import add_qtensor
-from tinyc.schedule import default_schedules
-from tinyc.targets import host
-from util import ort_run
+from util import compile_ir, ort_run, sanitized_project
 
 HYP = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 ONNX_T = {"int8": TensorProto.INT8, "uint8": TensorProto.UINT8}
 RANGE = {"int8": (-128, 127), "uint8": (0, 255)}
-
-
-def compile_ir(graph: Graph, out: Path, overrides: dict[str, dict[str, Any]], build: bool = True) -> None:
-    """tinyc.compile for an IR graph, with per-node schedule knobs overriding the defaults."""
-    sched = default_schedules(graph)
-    for name, s in overrides.items():
-        sched[name] = {**sched[name], **s}
-    gen = generate(graph, schedules=sched)
-    host.write_project(out, gen.files, gen.manifest, host.default_cflags())
-    if build:
-        host.build(out)
 
 
 def fc_graph(seed: int, xs: tuple[int, ...], n: int, bias: bool = True, act: Any = None,
@@ -259,22 +244,9 @@ def test_q_fc_sanitized(tmp_path: Path) -> None:
         golden = tinyc.reference.run_graph(gg, f)
         d = tmp_path / tag
         d.mkdir()
-        out = d / "p"
-        compile_ir(gg, out, o, build=False)
-        srcs = [str(p) for p in sorted(out.glob("*.c")) if p.name != "main.c"] + [str(out / "runtime/src/tinyc_rt.c")]
-        subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1", "-g",
-                        "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fopenmp-simd",
-                        "-DTINYC_OMP_SIMD", "-I", str(out), "-I", str(out / "runtime/include"), str(out / "main.c"),
-                        *srcs, "-o", str(d / "san"), "-lm"], check=True, capture_output=True, text=True)
-        args = []
-        for j, name in enumerate(gg.inputs):
-            np.ascontiguousarray(f[name], dtype=gg.tensor(name).dtype).tofile(d / f"in{j}.bin")
-            args.append(str(d / f"in{j}.bin"))
-        outs = [d / f"out{j}.bin" for j in range(len(gg.outputs))]
-        proc = subprocess.run([str(d / "san"), *args, *map(str, outs)], capture_output=True, text=True)
-        assert proc.returncode == 0 and "runtime error" not in proc.stderr, proc.stderr
-        for (pub, t), path in zip(gg.public_outputs(), outs):
-            got = np.fromfile(path, dtype=gg.tensor(t).dtype).reshape(gg.tensor(t).shape)
+        compile_ir(gg, d / "p", o, build=False)
+        outs = sanitized_project(d / "p", gg, f, d, ("-fopenmp-simd", "-DTINYC_OMP_SIMD"))
+        for pub, got in outs.items():
             np.testing.assert_array_equal(got, golden[pub], err_msg=f"{tag} {pub}")
 
 

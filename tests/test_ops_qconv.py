@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 import tinyc
 import tinyc.reference
 from tinyc.errors import UnsupportedError
-from util import ort_run, sanitized_run
+from util import compile_ir, ort_run, sanitized_project, sanitized_run
 
 _ET = {np.int8: TensorProto.INT8, np.uint8: TensorProto.UINT8}
 
@@ -114,57 +114,25 @@ def test_qconv_unsupported() -> None:
 
 
 # -- build_qconv (the int8 lowering's builder) and the tiled kernel variants ----------------------------
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
 from typing import Any  # noqa: E402
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from tinyc.codegen.pipeline import generate  # noqa: E402
 from tinyc.ir import Graph, Node, QuantParams  # noqa: E402
 from tinyc.ops import get_op  # noqa: E402
 from tinyc.ops.qconv import build_qconv, reuse_weight_grid  # noqa: E402
 from tinyc.quantize.qparams import add_qtensor  # noqa: E402
-from tinyc.schedule import default_schedules  # noqa: E402
-from tinyc.targets import host  # noqa: E402
 
 HYP = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 AGREE: dict[str, list[int]] = {}  # test -> [outputs 1 LSB off onnxruntime, outputs compared]
 
 
-def compile_ir(graph: Graph, out: Path, overrides: dict[str, dict[str, Any]], build: bool = True) -> None:
-    """tinyc.compile for an IR graph, with per-node schedule knobs overriding the defaults."""
-    sched = default_schedules(graph)
-    for name, s in overrides.items():
-        sched[name] = {**sched[name], **s}
-    gen = generate(graph, schedules=sched)
-    host.write_project(out, gen.files, gen.manifest, host.default_cflags())
-    if build:
-        host.build(out)
-
-
 def sanitized_ir(graph: Graph, feeds: dict[str, np.ndarray], tmp: Path,
                  overrides: dict[str, dict[str, Any]]) -> dict[str, np.ndarray]:
     """util.sanitized_run for an IR graph with schedule overrides (ASan + UBSan, strict C99)."""
-    out = tmp / "p"
-    compile_ir(graph, out, overrides, build=False)
-    srcs = [str(p) for p in sorted(out.glob("*.c")) if p.name != "main.c"] + [str(out / "runtime/src/tinyc_rt.c")]
-    exe = tmp / "model_san"
-    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1", "-g",
-                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
-                    "-fopenmp-simd", "-DTINYC_OMP_SIMD", "-I", str(out), "-I", str(out / "runtime/include"),
-                    str(out / "main.c"), *srcs, "-o", str(exe), "-lm"], check=True, capture_output=True, text=True)
-    args = []
-    for k, name in enumerate(graph.inputs):
-        np.ascontiguousarray(feeds[name], dtype=graph.tensor(name).dtype).tofile(tmp / f"in{k}.bin")
-        args.append(str(tmp / f"in{k}.bin"))
-    outs = [tmp / f"out{k}.bin" for k in range(len(graph.outputs))]
-    proc = subprocess.run([str(exe), *args, *map(str, outs)], capture_output=True, text=True)
-    assert proc.returncode == 0 and "runtime error" not in proc.stderr, proc.stderr
-    return {pub: np.fromfile(path, dtype=graph.tensor(t).dtype).reshape(graph.tensor(t).shape)
-            for (pub, t), path in zip(graph.public_outputs(), outs)}
+    compile_ir(graph, tmp / "p", overrides, build=False)
+    return sanitized_project(tmp / "p", graph, feeds, tmp, ("-fopenmp-simd", "-DTINYC_OMP_SIMD"))
 
 
 def _out_size(size: int, k: int, s: int, d: int, pb: int, pe: int) -> int:

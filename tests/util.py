@@ -59,20 +59,31 @@ def rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
-def sanitized_run(model, feeds: dict[str, np.ndarray], tmp: Path) -> dict[str, np.ndarray]:
-    """Compile `model`, build its CLI runner with ASan+UBSan under strict C99, run it on `feeds`
-    (one inference) and return the outputs by public name. Fails on any sanitizer report."""
-    import subprocess
+def compile_ir(graph, out: Path, overrides: dict | None = None, build: bool = True) -> None:
+    """tinyc.compile for an IR graph, with per-node schedule knobs overriding the defaults."""
+    from tinyc.codegen import generate
+    from tinyc.schedule import default_schedules
+    from tinyc.targets import host
+    sched = default_schedules(graph)
+    for name, knobs in (overrides or {}).items():
+        sched[name] = {**sched[name], **knobs}
+    gen = generate(graph, schedules=sched)
+    host.write_project(out, gen.files, gen.manifest, host.default_cflags())
+    if build:
+        host.build(out)
 
-    import tinyc
-    out = tmp / "p"
-    graph = tinyc.compile(model, out).graph
+
+def sanitized_project(out: Path, graph, feeds: dict[str, np.ndarray], tmp: Path,
+                      extra_cflags: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """Build the generated project in `out` with its CLI runner under ASan+UBSan and strict C99,
+    run it on `feeds` (one inference) and return the outputs by public name. Fails on any report."""
+    import subprocess
     srcs = [str(p) for p in sorted(out.glob("*.c")) if p.name != "main.c"] + [str(out / "runtime/src/tinyc_rt.c")]
     exe = tmp / "model_san"
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1", "-g",
                     "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
-                    "-I", str(out), "-I", str(out / "runtime/include"), str(out / "main.c"), *srcs, "-o", str(exe),
-                    "-lm"], check=True, capture_output=True, text=True)
+                    *extra_cflags, "-I", str(out), "-I", str(out / "runtime/include"), str(out / "main.c"), *srcs,
+                    "-o", str(exe), "-lm"], check=True, capture_output=True, text=True)
     args = []
     for k, name in enumerate(graph.inputs):
         np.ascontiguousarray(feeds[name], dtype=graph.tensor(name).dtype).tofile(tmp / f"in{k}.bin")
@@ -83,3 +94,11 @@ def sanitized_run(model, feeds: dict[str, np.ndarray], tmp: Path) -> dict[str, n
     assert "AddressSanitizer" not in proc.stderr, proc.stderr
     return {pub: np.fromfile(path, dtype=graph.tensor(t).dtype).reshape(graph.tensor(t).shape)
             for (pub, t), path in zip(graph.public_outputs(), outs)}
+
+
+def sanitized_run(model, feeds: dict[str, np.ndarray], tmp: Path) -> dict[str, np.ndarray]:
+    """Compile `model` and run it once under ASan+UBSan (see `sanitized_project`)."""
+    import tinyc
+    out = tmp / "p"
+    graph = tinyc.compile(model, out).graph
+    return sanitized_project(out, graph, feeds, tmp)

@@ -34,33 +34,12 @@ from tinyc.ir import Graph, Node, QuantParams
 from tinyc.ops.base import OutputType, get_op, register
 from tinyc.ops.conv import Conv, conv_out_size, resolve_pads
 from tinyc.quantize import arith
+from tinyc.quantize.qparams import import_scale, import_zero_point
 from tinyc.quantize.qparams import qparams_of
 
 #: Activation types the kernel reads/writes, with their clamp ranges.
 QRANGE: dict[str, tuple[int, int]] = {"int8": (-128, 127), "uint8": (0, 255)}
 INT32_MAX = (1 << 31) - 1
-
-
-def _scalar_zp(ctx: Any, i: int, what: str, dtype: str) -> int:
-    """A per-tensor zero point (input i), checked against the activation type."""
-    if not ctx.has_input(i):
-        return 0
-    if ctx.dtype(i) != dtype:
-        ctx.unsupported(f"{what} zero point of type {ctx.dtype(i)} differs from the data type {dtype}")
-    zp = np.asarray(ctx.require_const(i, f"{what} zero point"))
-    if zp.size != 1:
-        ctx.unsupported(f"{what} zero point must be per-tensor (got shape {zp.shape})")
-    return int(zp.reshape(-1)[0])
-
-
-def _scalar_scale(ctx: Any, i: int, what: str) -> float:
-    s = np.asarray(ctx.require_const(i, f"{what} scale"))
-    if s.size != 1:
-        ctx.unsupported(f"{what} scale must be per-tensor (got shape {s.shape})")
-    v = np.float32(s.reshape(-1)[0])
-    if not np.isfinite(v) or v <= 0:
-        ctx.unsupported(f"{what} scale must be finite and > 0 (got {v})")
-    return float(v)
 
 
 def requantize_any(acc: np.ndarray, multiplier: np.ndarray, shift: np.ndarray, zp: int,
@@ -264,10 +243,10 @@ class QConv(Conv):
         w = ctx.const(3)
         if w is None:
             ctx.unsupported("weights must be constant")
-        x_scale = _scalar_scale(ctx, 1, "input")
-        y_scale = _scalar_scale(ctx, 6, "output")
-        x_zp = _scalar_zp(ctx, 2, "input", xdt)
-        y_zp = _scalar_zp(ctx, 7, "output", ydt)
+        x_scale = import_scale(ctx, 1, "input")
+        y_scale = import_scale(ctx, 6, "output")
+        x_zp = import_zero_point(ctx, 2, "input", xdt)
+        y_zp = import_zero_point(ctx, 7, "output", ydt)
         OC = int(w.shape[0])
         w_scale = np.asarray(ctx.require_const(4, "weight scale"), dtype=np.float32).reshape(-1)
         if w_scale.size not in (1, OC):

@@ -31,7 +31,8 @@ from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, OutputType, register
 from tinyc.ops.elementwise import collapse_broadcast
 from tinyc.quantize import arith
-from tinyc.quantize.qparams import add_qconstant, add_qtensor, per_tensor, qparams_of
+from tinyc.quantize.qparams import (add_qconstant, add_qtensor, import_scale, import_zero_point, per_tensor,
+                                    qparams_of)
 
 #: Integer activation types and their ranges.
 QRANGE: dict[str, tuple[int, int]] = {"int8": (-128, 127), "uint8": (0, 255)}
@@ -317,24 +318,10 @@ class _MsIO:
             ctx.unsupported(f"input {i} ({what} scale) is required")
         if ctx.dtype(i) not in ("float32", "float16"):
             ctx.unsupported(f"{what} scale of type {ctx.dtype(i)} (float32 only)")
-        v = np.asarray(ctx.require_const(i, f"{what} scale"))
-        if v.size != 1:
-            ctx.unsupported(f"{what} scale must be per-tensor (got shape {list(v.shape)})")
-        s = np.float32(v.reshape(-1)[0])
-        if not np.isfinite(s) or s <= 0:
-            ctx.unsupported(f"{what} scale must be finite and > 0 (got {s})")
-        return float(s)
+        return import_scale(ctx, i, what)
 
     def zero_point(self, i: int, what: str, dtype: str) -> int:
-        ctx = self.ctx
-        if not ctx.has_input(i):
-            return 0
-        if ctx.dtype(i) != dtype:
-            ctx.unsupported(f"{what} zero point of type {ctx.dtype(i)} differs from the data type {dtype}")
-        v = np.asarray(ctx.require_const(i, f"{what} zero point"))
-        if v.size != 1:
-            ctx.unsupported(f"{what} zero point must be per-tensor (got shape {list(v.shape)})")
-        return int(v.reshape(-1)[0])
+        return import_zero_point(self.ctx, i, what, dtype)
 
     def input(self, i: int, si: int, zi: int, what: str = "") -> str:
         """The int8 tensor standing for data input i (scale at si, zero point at zi)."""

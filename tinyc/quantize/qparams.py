@@ -7,6 +7,8 @@ inputs and output alone, and the report can dequantize any int8 tensor for compa
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tinyc.errors import UnsupportedError
@@ -50,3 +52,26 @@ def quantize_constant(x: np.ndarray, scale: float, zero_point: int) -> np.ndarra
     """Float constant -> int8 with the given parameters (ONNX QuantizeLinear rounding)."""
     from tinyc.quantize.arith import quantize
     return np.asarray(quantize(np.asarray(x, np.float32), np.float32(scale), zero_point), dtype=np.int8)
+
+
+def import_scale(ctx: Any, i: int, what: str) -> float:
+    """A QOperator node's per-tensor scale (constant input i), refused unless finite and > 0."""
+    s = np.asarray(ctx.require_const(i, f"{what} scale"))
+    if s.size != 1:
+        ctx.unsupported(f"{what} scale must be per-tensor (got shape {list(s.shape)})")
+    v = np.float32(s.reshape(-1)[0])
+    if not np.isfinite(v) or v <= 0:
+        ctx.unsupported(f"{what} scale must be finite and > 0 (got {v})")
+    return float(v)
+
+
+def import_zero_point(ctx: Any, i: int, what: str, dtype: str) -> int:
+    """A QOperator node's per-tensor zero point (constant input i, 0 when absent), of the data's type."""
+    if not ctx.has_input(i):
+        return 0
+    if ctx.dtype(i) != dtype:
+        ctx.unsupported(f"{what} zero point of type {ctx.dtype(i)} differs from the data type {dtype}")
+    zp = np.asarray(ctx.require_const(i, f"{what} zero point"))
+    if zp.size != 1:
+        ctx.unsupported(f"{what} zero point must be per-tensor (got shape {list(zp.shape)})")
+    return int(zp.reshape(-1)[0])
