@@ -101,6 +101,17 @@ def quantize_weights(wf: np.ndarray, quant: QuantParams | None, oc_axis: int, ax
     return np.asarray(q, np.int8), s
 
 
+def float_bias(graph: Graph, b: str, count: int, where: str) -> np.ndarray:
+    """The float bias of a conv / fully connected layer being quantized: constant, `count` finite values."""
+    bt = graph.tensor(b)
+    if bt.data is None or bt.size != count:
+        raise UnsupportedError(f"{where}: bias '{b}' must be a constant of {count} values")
+    bf = np.asarray(bt.data, np.float32).reshape(-1)
+    if not np.all(np.isfinite(bf)):
+        raise UnsupportedError(f"{where}: bias is not finite")
+    return bf
+
+
 def quantize_bias_fitting(wf: np.ndarray, wq: np.ndarray, s_w: np.ndarray, bf: np.ndarray, s_x: float,
                           oc_axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(weights, weight scales, int32 bias): ``arith.quantize_bias`` on the grid s_x * s_w[c], except
@@ -185,12 +196,7 @@ def build_qconv(graph: Graph, name: str, x: str, w: str, b: str | None, out: str
     if b is None:
         bias = np.zeros(OC, np.int32)
     else:
-        bt = graph.tensor(b)
-        if bt.data is None or bt.size != OC:
-            raise UnsupportedError(f"{where}: bias '{b}' must be a constant of {OC} values")
-        bf = np.asarray(bt.data, np.float32).reshape(-1)
-        if not np.all(np.isfinite(bf)):
-            raise UnsupportedError(f"{where}: bias is not finite")
+        bf = float_bias(graph, b, OC, where)
         wq, s_w, bias = quantize_bias_fitting(wf, wq, s_w, bf, s_x, oc_axis)
     check_accumulator(where, wq, oc_axis, bias)
     mult, shift, act_min, act_max = requant_and_clamp(where, s_x, s_w, s_y, zp_y, activation)

@@ -26,7 +26,8 @@ import numpy as np
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, OutputType, broadcast_strides, register
-from tinyc.ops.qconv import _int8_tensor, quantize_bias_fitting, quantize_weights, requant_and_clamp
+from tinyc.ops.qconv import (_int8_tensor, float_bias, quantize_bias_fitting, quantize_weights,
+                              requant_and_clamp)
 from tinyc.quantize import arith
 from tinyc.quantize.qparams import add_qtensor, per_tensor, qparams_of
 
@@ -90,13 +91,7 @@ def build_qfc(graph: Graph, name: str, x: str, w: str, b: str | None, out: str,
     wq, s_w = quantize_weights(wf, wt.quant, 1, (1, 0))
     bias = None
     if b is not None:
-        bt = graph.tensor(b)
-        if bt.data is None or bt.size != N:
-            raise UnsupportedError(f"{where}: bias '{b}' must be a constant of {N} values")
-        bf = np.asarray(bt.data, np.float32).reshape(-1)
-        if not np.all(np.isfinite(bf)):
-            raise UnsupportedError(f"{where}: bias is not finite")
-        wq, s_w, bias = quantize_bias_fitting(wf, wq, s_w, bf, s_x, 1)
+        wq, s_w, bias = quantize_bias_fitting(wf, wq, s_w, float_bias(graph, b, N, where), s_x, 1)
     _check_bias_acc(where, np.zeros(N) if bias is None else bias, wq, np.zeros(N))
     mult, shift, act_min, act_max = requant_and_clamp(where, s_x, s_w, s_y, zp_y, activation)
     ins = [x, graph.add_constant(graph.unique_name(f"{name}_wq"), wq)]
