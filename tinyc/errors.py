@@ -35,3 +35,10 @@ class RunError(TinycError):
 
 class UsageError(TinycError):
     """A command-line argument or API parameter is malformed."""
+
+
+class DeviceError(TinycError):
+    """Talking to a board failed: serial timeout, corrupted link, flasher or emulator failure.
+
+    The message names the port, the command in flight and the bytes seen, since that is what a
+    user needs to tell a wrong cable from a crashed firmware."""
