@@ -141,7 +141,7 @@ HARNESS = r"""
 #include "tinyc_q.h"
 void h_mul(const int8_t *a, const int8_t *b, int32_t za, int32_t zb, int32_t m, int32_t s, int32_t zo,
            int32_t lo, int32_t hi, int8_t *o, int n)
-{ int i; for (i = 0; i < n; ++i) o[i] = tinyc_q_mul(a[i], b[i], za, zb, m, s, zo, lo, hi); }
+{ int i; for (i = 0; i < n; ++i) o[i] = tinyc_q_mul(a[i], b[i], za, zb, m, s, zo, lo, hi, TINYC_Q_ROUND_TFLITE); }
 void h_rescale(const int32_t *q, int32_t zi, int32_t m, int32_t s, int32_t k, int32_t zo, int32_t lo, int32_t hi,
                int32_t *o, int n)
 { int i; for (i = 0; i < n; ++i) o[i] = tinyc_q_rescale(q[i], zi, m, s, k, zo, lo, hi); }

@@ -33,6 +33,10 @@ void h_requant(const int32_t *x, const int32_t *m, const int32_t *s, int32_t zp,
 { int i; for (i = 0; i < n; ++i) o[i] = tinyc_q_requantize(x[i], m[i], s[i], zp, lo, hi); }
 void h_add(const int8_t *a, const int8_t *b, const tinyc_q_add_params_t *p, int8_t *o, int n)
 { int i; for (i = 0; i < n; ++i) o[i] = tinyc_q_add(a[i], b[i], p); }
+void h_mbqm_even(const int32_t *x, const int32_t *m, const int32_t *s, int32_t *o, int n)
+{ int i; for (i = 0; i < n; ++i) o[i] = tinyc_q_mbqm_even(x[i], m[i], s[i]); }
+void h_mbqm_r(const int32_t *x, const int32_t *m, const int32_t *s, int32_t even, int32_t *o, int n)
+{ int i; for (i = 0; i < n; ++i) o[i] = even ? tinyc_q_mbqm_even_r(x[i], m[i], -s[i]) : tinyc_q_mbqm_r(x[i], m[i], -s[i]); }
 void h_lut(const int8_t *lut, const int8_t *x, int8_t *o, int n)
 { int i; for (i = 0; i < n; ++i) o[i] = tinyc_q_lut(lut, x[i]); }
 """
@@ -86,6 +90,25 @@ def c_mbqm(lib, x, m, s):
     return o
 
 
+def c_mbqm_even(lib, x, m, s):
+    x = np.ascontiguousarray(x, np.int32)
+    m = np.ascontiguousarray(np.broadcast_to(m, x.shape), np.int32)
+    s = np.ascontiguousarray(np.broadcast_to(s, x.shape), np.int32)
+    o = np.empty_like(x)
+    lib.h_mbqm_even(_p(x), _p(m), _p(s), _p(o), ctypes.c_int(x.size))
+    return o
+
+
+def c_mbqm_r(lib, x, m, s, even):
+    """The branch-free forms the tiled kernels use (shift <= 0 only)."""
+    x = np.ascontiguousarray(x, np.int32)
+    m = np.ascontiguousarray(np.broadcast_to(m, x.shape), np.int32)
+    s = np.ascontiguousarray(np.broadcast_to(s, x.shape), np.int32)
+    o = np.empty_like(x)
+    lib.h_mbqm_r(_p(x), _p(m), _p(s), ctypes.c_int32(int(even)), _p(o), ctypes.c_int(x.size))
+    return o
+
+
 def c_requant(lib, x, m, s, zp, lo, hi):
     x = np.ascontiguousarray(x, np.int32)
     m = np.ascontiguousarray(np.broadcast_to(m, x.shape), np.int32)
@@ -122,6 +145,14 @@ def py_rdbpot(x: int, e: int) -> int:
 def py_mbqm(x: int, m: int, s: int) -> int:
     x = min(max(x << max(s, 0), I32_MIN), I32_MAX)
     return py_rdbpot(py_srdhm(x, m), max(-s, 0))
+
+
+def py_mbqm_even(x: int, m: int, s: int) -> int:
+    """round(x' * m / 2^(31 - s)) half to even, x' = x << max(s, 0) saturated; saturated to int32."""
+    from fractions import Fraction
+    x = min(max(x << max(s, 0), I32_MIN), I32_MAX)
+    r = round(Fraction(x * m, 1 << (31 + max(-s, 0))))  # Python rounds a Fraction half to even
+    return min(max(r, I32_MIN), I32_MAX)
 
 
 # --- strategies --------------------------------------------------------------------------------------------
@@ -173,6 +204,33 @@ def test_rdbpot_edges_all_exponents(clib):
     assert got.tolist() == [py_rdbpot(int(v), int(k)) for v, k in zip(x, e)]
     # ties go away from zero
     assert qa.rounding_divide_by_pot(np.array([5, -5, 6, -6, 7, -7]), 1).tolist() == [3, -3, 3, -3, 4, -4]
+
+
+@HYP
+@given(st.lists(st.tuples(i32, multipliers, shifts), min_size=1, max_size=64))
+def test_mbqm_half_even_c_numpy_python(clib, triples):
+    x, m, s = (np.array(v, np.int64) for v in zip(*triples))
+    want = np.array([py_mbqm_even(int(a), int(b), int(c)) for a, b, c in triples], np.int32)
+    np.testing.assert_array_equal(np.asarray(qa.multiply_by_quantized_multiplier(x, m, s, "half_even")), want)
+    np.testing.assert_array_equal(c_mbqm_even(clib, x, m, s), want)
+
+
+def test_mbqm_half_even_ties_and_branch_free_forms(clib):
+    """Ties go to even (0.5 -> 0, 1.5 -> 2, -2.5 -> -2), unlike TFLite's mode; the vectorisable
+    tinyc_q_mbqm_r / tinyc_q_mbqm_even_r equal the scalar functions for shift <= 0."""
+    x = np.array([1, 3, 5, -1, -3, -5, 2, 7], np.int64)
+    np.testing.assert_array_equal(qa.multiply_by_quantized_multiplier(x, 1 << 30, 0, "half_even"),
+                                  [0, 2, 2, 0, -2, -2, 1, 4])
+    np.testing.assert_array_equal(qa.multiply_by_quantized_multiplier(x, 1 << 30, 0, "tflite"),
+                                  [1, 2, 3, 0, -1, -2, 1, 4])
+    rng = np.random.default_rng(5)
+    xs = rng.integers(I32_MIN, I32_MAX, 100_000, endpoint=True)
+    ms = rng.integers(0, I32_MAX, 100_000, endpoint=True)
+    ss = rng.integers(-31, 0, 100_000, endpoint=True)
+    ms[:50], ss[:50] = 1 << 30, -(np.arange(50) % 32)  # powers of two: many exact ties
+    for even, mode in ((False, "tflite"), (True, "half_even")):
+        np.testing.assert_array_equal(c_mbqm_r(clib, xs, ms, ss, even),
+                                      qa.multiply_by_quantized_multiplier(xs, ms, ss, mode))
 
 
 @HYP
@@ -398,6 +456,9 @@ int32_t t_mbqm(int32_t x, int32_t m, int32_t s) { return tinyc_q_mbqm(x, m, s); 
 int8_t t_req(int32_t x, int32_t m, int32_t s) { return tinyc_q_requantize(x, m, s, -3, -128, 127); }
 int8_t t_add(int8_t a, int8_t b, const tinyc_q_add_params_t *p) { return tinyc_q_add(a, b, p); }
 int8_t t_lut(const int8_t *l, int8_t x) { return tinyc_q_lut(l, x); }
+int8_t t_req_even(int32_t x, int32_t m, int32_t s)
+{ return tinyc_q_requantize_rnd(x, m, s, -3, -128, 127, TINYC_Q_ROUND_HALF_EVEN); }
+int32_t t_even_r(int32_t x, int32_t m, int32_t r) { return tinyc_q_mbqm_even_r(x, m, r); }
 """
 
 
@@ -405,7 +466,8 @@ int8_t t_lut(const int8_t *l, int8_t x) { return tinyc_q_lut(l, x); }
     ("gcc", ["-O0"], set()),
     ("gcc", ["-O2"], set()),
     ("arm-none-eabi-gcc", ["-O2", "-mcpu=cortex-m4", "-mthumb"], set()),
-    ("arm-none-eabi-gcc", ["-Os", "-mcpu=cortex-m0plus", "-mthumb"], {"__aeabi_lmul"}),  # libgcc, no SMULL on M0
+    # libgcc (always linked, not libc): no SMULL or 64-bit shifts on M0+
+    ("arm-none-eabi-gcc", ["-Os", "-mcpu=cortex-m0plus", "-mthumb"], {"__aeabi_lmul", "__aeabi_lasr", "__aeabi_llsl"}),
 ])
 def test_header_compiles_strict_and_needs_no_libc(tmp_path, cc, flags, allowed):
     if shutil.which(cc) is None:

@@ -93,13 +93,77 @@ TINYC_Q_INLINE int32_t tinyc_q_mbqm(int32_t acc, int32_t multiplier, int32_t shi
     return tinyc_q_rdbpot(tinyc_q_srdhm(tinyc_q_shl_sat(acc, left), multiplier), right);
 }
 
-/* int32 accumulator -> int8: clamp(mbqm(acc) + out_zp, act_min, act_max), the sum exact.
- * -128 <= act_min <= act_max <= 127, -128 <= out_zp <= 127. */
+/* Requantization rounding (arith.ROUNDINGS): TFLite's double rounding above, or one rounding of
+ * the exact product, half to even — what an imported ONNX QDQ model specifies. */
+#define TINYC_Q_ROUND_TFLITE 0
+#define TINYC_Q_ROUND_HALF_EVEN 1
+
+/* floor(x / 2^e), 0 <= e <= 63, without shifting a negative value. */
+TINYC_Q_INLINE int64_t tinyc_q_asr64(int64_t x, int e)
+{
+    return x >= 0 ? (x >> e) : ~(~x >> e);
+}
+
+/* x / 2^e rounded half to even, |x| < 2^62, 0 <= e <= 62 (arith.shift_round_half_even):
+ * q = floor(x / 2^e), r = the low e bits of x; q + (r > 2^(e-1) || (r == 2^(e-1) && q odd)). */
+TINYC_Q_INLINE int64_t tinyc_q_shift_round_even(int64_t x, int e)
+{
+    const uint64_t mask = ((uint64_t)1 << e) - 1u;
+    const int64_t q = tinyc_q_asr64(x, e);
+    const int64_t r = (int64_t)((uint64_t)x & mask);
+    const int64_t half = (int64_t)1 << (e > 0 ? e - 1 : 0);
+    return q + ((r > half || (r == half && (q & 1))) ? 1 : 0);
+}
+
+/* acc * M rounded once, half to even: shl_sat(acc, left) * multiplier / 2^(31 + right), saturated
+ * (arith.multiply_by_quantized_multiplier with rounding="half_even"). */
+TINYC_Q_INLINE int32_t tinyc_q_mbqm_even(int32_t acc, int32_t multiplier, int32_t shift)
+{
+    const int left = shift > 0 ? (int)shift : 0;
+    const int right = shift > 0 ? 0 : (int)-shift;
+    const int64_t q = tinyc_q_shift_round_even((int64_t)tinyc_q_shl_sat(acc, left) * multiplier, 31 + right);
+    return q > INT32_MAX ? INT32_MAX : (q < INT32_MIN ? INT32_MIN : (int32_t)q);
+}
+
+/* acc * M with the given rounding (a compile-time constant in generated code, so this folds). */
+TINYC_Q_INLINE int32_t tinyc_q_mbqm_rnd(int32_t acc, int32_t multiplier, int32_t shift, int32_t rounding)
+{
+    return rounding == TINYC_Q_ROUND_HALF_EVEN ? tinyc_q_mbqm_even(acc, multiplier, shift)
+                                               : tinyc_q_mbqm(acc, multiplier, shift);
+}
+
+/* int32 accumulator -> int8: clamp(mbqm(acc) + out_zp, act_min, act_max), the sum exact, with the
+ * given rounding. -128 <= act_min <= act_max <= 127, -128 <= out_zp <= 127. */
+TINYC_Q_INLINE int8_t tinyc_q_requantize_rnd(int32_t acc, int32_t multiplier, int32_t shift, int32_t out_zp,
+                                             int32_t act_min, int32_t act_max, int32_t rounding)
+{
+    const int32_t x = tinyc_q_mbqm_rnd(acc, multiplier, shift, rounding);
+    return (int8_t)(tinyc_q_clamp(x, act_min - out_zp, act_max - out_zp) + out_zp);
+}
+
+/* tinyc_q_requantize_rnd with TFLite's rounding (arith.requantize's default). */
 TINYC_Q_INLINE int8_t tinyc_q_requantize(int32_t acc, int32_t multiplier, int32_t shift, int32_t out_zp,
                                          int32_t act_min, int32_t act_max)
 {
-    const int32_t x = tinyc_q_mbqm(acc, multiplier, shift);
-    return (int8_t)(tinyc_q_clamp(x, act_min - out_zp, act_max - out_zp) + out_zp);
+    return tinyc_q_requantize_rnd(acc, multiplier, shift, out_zp, act_min, act_max, TINYC_Q_ROUND_TFLITE);
+}
+
+/* tinyc_q_mbqm(acc, multiplier, -rshift) for multiplier in [0, 2^31), 0 <= rshift <= 31, without
+ * branches so that loops over channels vectorise (the tiled conv / fully connected kernels apply
+ * a positive shift beforehand). Equal bit for bit: srdhm(a, m) (m != INT32_MIN) is
+ * floor((a*m + 2^30) / 2^31); then rounding_divide_by_pot as in tinyc_q_rdbpot. */
+TINYC_Q_INLINE int32_t tinyc_q_mbqm_r(int32_t acc, int32_t multiplier, int32_t rshift)
+{
+    const int32_t h = (int32_t)tinyc_q_asr64((int64_t)acc * multiplier + ((int64_t)1 << 30), 31);
+    const int32_t mask = (int32_t)(((uint32_t)1 << rshift) - 1u);
+    return tinyc_q_asr(h, (int)rshift) + ((h & mask) > (mask >> 1) + (h < 0 ? 1 : 0) ? 1 : 0);
+}
+
+/* tinyc_q_mbqm_even(acc, multiplier, -rshift), same domain, written to vectorise: the product is
+ * below 2^62 in magnitude and rounded once, half to even; |result| < 2^31 since multiplier < 2^31. */
+TINYC_Q_INLINE int32_t tinyc_q_mbqm_even_r(int32_t acc, int32_t multiplier, int32_t rshift)
+{
+    return (int32_t)tinyc_q_shift_round_even((int64_t)acc * multiplier, 31 + (int)rshift);
 }
 
 /* 256-entry table of a unary op: entry i is the output for input i - 128. */
@@ -122,6 +186,7 @@ typedef struct {
     int32_t act_min;
     int32_t act_max;
     int32_t left_shift;     /* TINYC_Q_ADD_LEFT_SHIFT */
+    int32_t rounding;       /* of the output stage: TINYC_Q_ROUND_* */
 } tinyc_q_add_params_t;
 
 TINYC_Q_INLINE int8_t tinyc_q_add(int8_t a, int8_t b, const tinyc_q_add_params_t *p)
@@ -131,16 +196,17 @@ TINYC_Q_INLINE int8_t tinyc_q_add(int8_t a, int8_t b, const tinyc_q_add_params_t
     const int32_t a2 = ((int32_t)b + p->in2_offset) * ((int32_t)1 << p->left_shift);
     const int32_t sum = tinyc_q_mbqm(a1, p->in1_multiplier, p->in1_shift)
                       + tinyc_q_mbqm(a2, p->in2_multiplier, p->in2_shift);
-    return tinyc_q_requantize(sum, p->out_multiplier, p->out_shift, p->out_zp, p->act_min, p->act_max);
+    return tinyc_q_requantize_rnd(sum, p->out_multiplier, p->out_shift, p->out_zp, p->act_min, p->act_max,
+                                  p->rounding);
 }
 
 /* int8 Mul, TFLite reference_integer_ops::Mul: acc = (a - a_zp) * (b - b_zp), exact in int32
  * (|acc| <= 255 * 255), then requantize with M = s_a * s_b / s_out (arith.mul_int8). */
 TINYC_Q_INLINE int8_t tinyc_q_mul(int8_t a, int8_t b, int32_t a_zp, int32_t b_zp, int32_t multiplier,
-                                  int32_t shift, int32_t out_zp, int32_t act_min, int32_t act_max)
+                                  int32_t shift, int32_t out_zp, int32_t act_min, int32_t act_max, int32_t rounding)
 {
     const int32_t acc = ((int32_t)a - a_zp) * ((int32_t)b - b_zp);
-    return tinyc_q_requantize(acc, multiplier, shift, out_zp, act_min, act_max);
+    return tinyc_q_requantize_rnd(acc, multiplier, shift, out_zp, act_min, act_max, rounding);
 }
 
 /* Another grid (arith.rescale), q an int8 or uint8 value, 0 <= left_shift <= 20:

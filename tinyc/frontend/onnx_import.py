@@ -197,6 +197,9 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
         g.output_names.append(vi.name)
     _cross_check_shapes(model, g, shapes)
     g.remove_unused_tensors()
+    # QLinear* operators became integer kernels here: they keep ONNX's rounding (one rounding, half to even)
+    from tinyc.passes.qdq import set_requant_rounding
+    set_requant_rounding(g, "half_even")
     return g
 
 

@@ -43,11 +43,11 @@ INT32_MAX = (1 << 31) - 1
 
 
 def requantize_any(acc: np.ndarray, multiplier: np.ndarray, shift: np.ndarray, zp: int,
-                   qmin: int, qmax: int) -> np.ndarray:
+                   qmin: int, qmax: int, rounding: str = "tflite") -> np.ndarray:
     """arith.requantize for int8; for uint8 the same integer steps with a [0, 255] clamp."""
     if (qmin, qmax) == QRANGE["int8"]:
-        return np.asarray(arith.requantize(acc, multiplier, shift, zp, qmin, qmax), dtype=np.int8)
-    r = np.asarray(arith.multiply_by_quantized_multiplier(acc, multiplier, shift)).astype(np.int64)
+        return np.asarray(arith.requantize(acc, multiplier, shift, zp, qmin, qmax, rounding), dtype=np.int8)
+    r = np.asarray(arith.multiply_by_quantized_multiplier(acc, multiplier, shift, rounding)).astype(np.int64)
     return np.clip(r + zp, qmin, qmax).astype(np.uint8)
 
 
@@ -351,7 +351,7 @@ class QConv(Conv):
         bshape = (OC,) + (1,) * n_sp
         mult = np.asarray(a["multiplier"], np.int64).reshape(bshape)
         shift = np.asarray(a["shift"], np.int64).reshape(bshape)
-        y = requantize_any(acc, mult, shift, a["y_zp"], a["act_min"], a["act_max"])
+        y = requantize_any(acc, mult, shift, a["y_zp"], a["act_min"], a["act_max"], a.get("rounding", "tflite"))
         if a["layout"] != "NCHW":
             y = np.moveaxis(y, 1, -1)
         return [np.ascontiguousarray(y)]
@@ -437,7 +437,7 @@ class QConv(Conv):
         ctx: dict[str, Any] = dict(
             m=m, variant=sched["variant"], dw=dw, mult=m["OCG"], multipliers=mult, shifts=shift,
             x_zp=a["x_zp"], y_zp=a["y_zp"], act_min=a["act_min"], act_max=a["act_max"],
-            int8_out=a["qdtype"] == "int8")
+            int8_out=a["qdtype"] == "int8", **arith.rounding_context(a))
         if sched["variant"] == "baseline":
             return ctx
         ch = OC if dw else m["OCG"]

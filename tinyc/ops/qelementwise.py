@@ -115,7 +115,15 @@ def build_qadd(graph: Graph, name: str, a: str, b: str, out: str,
         p = arith.add_params(s1, z1, s2, z2, so, zo, amin, amax)
     except ValueError as exc:
         raise UnsupportedError(f"{where}: output rescale {exc}") from None
-    return Node(name, "QAdd", [a, b], [out], dataclasses.asdict(p), source=source)
+    attrs = dataclasses.asdict(p)
+    del attrs["rounding"]  # the node says it by name (attr "rounding", set by the lowering when not TFLite's)
+    return Node(name, "QAdd", [a, b], [out], attrs, source=source)
+
+
+def add_params_of(attrs: dict[str, Any]) -> arith.AddParams:
+    """The node's AddParams, its ``rounding`` mode name turned into the C constant."""
+    return arith.AddParams(**{k: attrs[k] for k in ADD_FIELDS if k != "rounding"},
+                           rounding=arith.rounding_code(attrs.get("rounding", "tflite")))
 
 
 def build_qmul(graph: Graph, name: str, a: str, b: str, out: str,
@@ -163,11 +171,11 @@ class QAdd(_QBinary):
         return _import_binary(ctx, build_qadd)
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        p = arith.AddParams(**{k: node.attrs[k] for k in ADD_FIELDS})
-        return [np.asarray(arith.add_int8(inputs[0], inputs[1], p), np.int8)]
+        return [np.asarray(arith.add_int8(inputs[0], inputs[1], add_params_of(node.attrs)), np.int8)]
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
-        return dict(super().kernel_context(node, graph, schedule), fields=ADD_FIELDS)
+        p = add_params_of(node.attrs)
+        return dict(super().kernel_context(node, graph, schedule), params_init=[getattr(p, f) for f in ADD_FIELDS])
 
 
 @register
@@ -184,7 +192,11 @@ class QMul(_QBinary):
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         a = node.attrs
         return [np.asarray(arith.mul_int8(inputs[0], inputs[1], a["a_zp"], a["b_zp"], a["multiplier"], a["shift"],
-                                          a["out_zp"], a["act_min"], a["act_max"]), np.int8)]
+                                          a["out_zp"], a["act_min"], a["act_max"], a.get("rounding", "tflite")),
+                           np.int8)]
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+        return dict(super().kernel_context(node, graph, schedule), **arith.rounding_context(node.attrs))
 
 
 # -- QLut ---------------------------------------------------------------------------------------------

@@ -195,7 +195,8 @@ class QMatMul(OpDef):
         if len(inputs) > 2 and inputs[2] is not None:
             acc = acc + inputs[2].astype(np.int64).reshape(-1)
         x = np.asarray(arith.multiply_by_quantized_multiplier(
-            acc, np.asarray(at["multiplier"], np.int32), np.asarray(at["shift"], np.int32))).astype(np.int64)
+            acc, np.asarray(at["multiplier"], np.int32), np.asarray(at["shift"], np.int32),
+            at.get("rounding", "tflite"))).astype(np.int64)
         lo, hi = _clamp(at)
         y = np.clip(x + at["y_zp"], lo, hi)
         return [y.astype(at["ydtype"])]
@@ -242,7 +243,7 @@ class QMatMul(OpDef):
                     mac=sched["mac"], uniform=uniform, has_bzp=any(at["b_zp"]), uniform_bzp=len(set(at["b_zp"])) == 1,
                     has_bias=len(node.inputs) > 2 and bool(node.inputs[2]), LO=lo - at["y_zp"], HI=hi - at["y_zp"],
                     rshifts=[max(-v, 0) for v in shifts], lshift=any(v > 0 for v in shifts),
-                    lmuls=[1 << max(v, 0) for v in shifts])
+                    lmuls=[1 << max(v, 0) for v in shifts], **arith.rounding_context(at))
 
 
 def _clamp(at: dict[str, Any]) -> tuple[int, int]:

@@ -225,7 +225,8 @@ class QAvgPool(Pool):
         mult = np.vectorize(lambda c: lut[int(c)][0], otypes=[np.int64])(count)[None, :, :, None]
         shift = np.vectorize(lambda c: lut[int(c)][1], otypes=[np.int64])(count)[None, :, :, None]
         acc = acc * (1 << a["pre_shift"])  # < 2^31 in magnitude by the choice of pre_shift
-        y = np.asarray(arith.requantize(acc, mult, shift, a["y_zp"], a["act_min"], a["act_max"]), np.int8)
+        y = np.asarray(arith.requantize(acc, mult, shift, a["y_zp"], a["act_min"], a["act_max"],
+                                        a.get("rounding", "tflite")), np.int8)
         y = y.reshape(m["N"], *([m["OH"], m["OW"]][2 - m["n"]:]), m["C"])
         if a["layout"] == "NCHW":
             y = np.moveaxis(y, -1, 1)
@@ -252,4 +253,4 @@ class QAvgPool(Pool):
                     u_mul=lut[c0][0], u_shift=lut[c0][1], u_valid=int(valid.reshape(-1)[0]),
                     table_mul=table_mul, table_shift=table_shift,
                     cnt_h=[c for _, _, c in wh], cnt_w=[c for _, _, c in ww],
-                    val_h=[v for _, v, _ in wh], val_w=[v for _, v, _ in ww])
+                    val_h=[v for _, v, _ in wh], val_w=[v for _, v, _ in ww], **arith.rounding_context(a))

@@ -150,23 +150,65 @@ def saturating_left_shift(x: ArrayLike, shift: ArrayLike) -> np.ndarray | int:
     return _out(np.clip(x64 * (np.int64(1) << s), INT32_MIN, INT32_MAX), np.int32)
 
 
-def multiply_by_quantized_multiplier(acc: ArrayLike, multiplier: ArrayLike, shift: ArrayLike) -> np.ndarray | int:
+#: Requantization rounding modes (node attr ``rounding``; the C code gets the index):
+#: "tflite" — TFLite/CMSIS-NN double rounding (srdhm, then a rounding shift), used for models tinyc
+#: quantizes itself; "half_even" — one rounding of the exact product, half to even, which is what an
+#: ONNX QDQ model means (DequantizeLinear -> float op -> QuantizeLinear rounds half to even), used for
+#: QDQ/QOperator models imported as given.
+ROUNDINGS: tuple[str, ...] = ("tflite", "half_even")
+
+
+def rounding_code(mode: str) -> int:
+    """The C constant for a rounding mode (TINYC_Q_ROUND_TFLITE = 0, TINYC_Q_ROUND_HALF_EVEN = 1)."""
+    if mode not in ROUNDINGS:
+        raise ValueError(f"unknown requantization rounding {mode!r} (known: {', '.join(ROUNDINGS)})")
+    return ROUNDINGS.index(mode)
+
+
+def rounding_context(attrs: dict) -> dict[str, object]:
+    """Template variables for a node's requantization rounding (attr ``rounding``, default "tflite"):
+    ``rounding`` (the C constant) and ``rq_r`` (the branch-free helper the tiled kernels call)."""
+    mode = str(attrs.get("rounding", "tflite"))
+    return {"rounding": rounding_code(mode),
+            "rq_r": "tinyc_q_mbqm_even_r" if mode == "half_even" else "tinyc_q_mbqm_r"}
+
+
+def shift_round_half_even(x: ArrayLike, exponent: ArrayLike) -> np.ndarray:
+    """x / 2^exponent rounded half to even, x int64 with |x| < 2^62, 0 <= exponent <= 62; int64.
+
+    q = floor(x / 2^e); r = x - q * 2^e (the low e bits of x); q + (r > 2^(e-1) or (r == 2^(e-1) and q odd)).
+    """
+    x64 = np.asarray(x, dtype=np.int64)
+    e = np.asarray(exponent, dtype=np.int64)
+    q = x64 >> e
+    r = x64 & ((np.int64(1) << e) - 1)
+    half = np.int64(1) << np.maximum(e - 1, 0)  # e == 0: r == 0 < half, no rounding
+    return q + ((r > half) | ((r == half) & ((q & 1) == 1)))
+
+
+def multiply_by_quantized_multiplier(acc: ArrayLike, multiplier: ArrayLike, shift: ArrayLike,
+                                     rounding: str = "tflite") -> np.ndarray | int:
     """acc * M in int32 with M = (multiplier, shift): TFLite's ``MultiplyByQuantizedMultiplier``.
 
-    left = max(shift, 0), right = max(-shift, 0);
-    result = rounding_divide_by_pot(srdhm(saturating_left_shift(acc, left), multiplier), right).
-    Two roundings (srdhm, then the shift) — the "double rounding" TFLite and CMSIS-NN use by
-    default (not their optional single-rounding build flag).
+    left = max(shift, 0), right = max(-shift, 0); x = saturating_left_shift(acc, left);
+    "tflite": rounding_divide_by_pot(srdhm(x, multiplier), right). Two roundings (srdhm, then the
+    shift) — the "double rounding" TFLite and CMSIS-NN use by default.
+    "half_even": x * multiplier / 2^(31 + right) rounded once, half to even (int64 product,
+    saturated to int32): the exact round(acc * M) an ONNX QDQ model specifies.
     """
     s = _i64(shift, "shift", -31, 31)
     left = np.maximum(s, 0)
     right = np.maximum(-s, 0)
     x = np.asarray(saturating_left_shift(acc, left))
+    if rounding == "half_even":
+        prod = x.astype(np.int64) * _i64(multiplier, "multiplier", 0, INT32_MAX)
+        return _out(np.clip(shift_round_half_even(prod, 31 + right), INT32_MIN, INT32_MAX), np.int32)
+    rounding_code(rounding)
     return rounding_divide_by_pot(np.asarray(srdhm(x, multiplier)), right)
 
 
 def requantize(acc: ArrayLike, multiplier: ArrayLike, shift: ArrayLike, out_zp: ArrayLike,
-               act_min: int = INT8_MIN, act_max: int = INT8_MAX) -> np.ndarray | int:
+               act_min: int = INT8_MIN, act_max: int = INT8_MAX, rounding: str = "tflite") -> np.ndarray | int:
     """int32 accumulator -> int8 output: clamp(mbqm(acc, multiplier, shift) + out_zp, act_min, act_max).
 
     The addition of the zero point is exact (no int32 wrap: the C clamps to
@@ -176,7 +218,7 @@ def requantize(acc: ArrayLike, multiplier: ArrayLike, shift: ArrayLike, out_zp: 
     zp = _i64(out_zp, "out_zp", INT8_MIN, INT8_MAX)
     if not (INT8_MIN <= act_min <= act_max <= INT8_MAX):
         raise ValueError("need -128 <= act_min <= act_max <= 127")
-    x = np.asarray(multiply_by_quantized_multiplier(acc, multiplier, shift)).astype(np.int64)
+    x = np.asarray(multiply_by_quantized_multiplier(acc, multiplier, shift, rounding)).astype(np.int64)
     return _out(np.clip(x + zp, act_min, act_max), np.int8)
 
 
@@ -350,6 +392,7 @@ class AddParams:
     act_min: int = INT8_MIN
     act_max: int = INT8_MAX
     left_shift: int = ADD_LEFT_SHIFT
+    rounding: int = 0  # of the output stage: rounding_code(mode); the input stages are TFLite's
 
 
 def add_params(s1: float, zp1: int, s2: float, zp2: int, s_out: float, zp_out: int,
@@ -378,7 +421,8 @@ def add_int8(q1: ArrayLike, q2: ArrayLike, p: AddParams) -> np.ndarray:
     a2 = (_i64(q2, "q2", INT8_MIN, INT8_MAX) + p.in2_offset) << p.left_shift
     s1 = np.asarray(multiply_by_quantized_multiplier(a1, p.in1_multiplier, p.in1_shift)).astype(np.int64)
     s2 = np.asarray(multiply_by_quantized_multiplier(a2, p.in2_multiplier, p.in2_shift)).astype(np.int64)
-    return np.asarray(requantize(s1 + s2, p.out_multiplier, p.out_shift, p.out_zp, p.act_min, p.act_max))
+    return np.asarray(requantize(s1 + s2, p.out_multiplier, p.out_shift, p.out_zp, p.act_min, p.act_max,
+                                 ROUNDINGS[p.rounding]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -386,13 +430,13 @@ def add_int8(q1: ArrayLike, q2: ArrayLike, p: AddParams) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 
 def mul_int8(q1: ArrayLike, q2: ArrayLike, zp1: int, zp2: int, multiplier: int, shift: int, out_zp: int,
-             act_min: int = INT8_MIN, act_max: int = INT8_MAX) -> np.ndarray:
+             act_min: int = INT8_MIN, act_max: int = INT8_MAX, rounding: str = "tflite") -> np.ndarray:
     """int8 * int8 -> int8 (broadcasting), TFLite's reference_integer_ops::Mul:
     acc = (q1 - zp1) * (q2 - zp2) (|acc| <= 255 * 255 < 2^16: exact in int32);
     out = requantize(acc, multiplier, shift, out_zp, act_min, act_max) with (multiplier, shift)
     = ``requant_params(s1, s2, s_out)``, i.e. M = s1 * s2 / s_out."""
     acc = ((_i64(q1, "q1", INT8_MIN, INT8_MAX) - int(zp1)) * (_i64(q2, "q2", INT8_MIN, INT8_MAX) - int(zp2)))
-    return np.asarray(requantize(acc, multiplier, shift, out_zp, act_min, act_max))
+    return np.asarray(requantize(acc, multiplier, shift, out_zp, act_min, act_max, rounding))
 
 
 #: QRequantize pre-shifts (q - zp_in) left by up to 20 bits, as the int8 Add does, so that the

@@ -15,6 +15,7 @@ import numpy as np
 from tinyc.ir import Graph
 from tinyc.quantize.arith import choose_qparams
 from tinyc.quantize.calibrate import TensorRange, collect_ranges
+from tinyc.passes.qdq import set_requant_rounding
 from tinyc.quantize.lower import MOVES, LoweringReport, lower_to_int8
 from tinyc.quantize.qparams import per_tensor
 
@@ -71,4 +72,7 @@ def quantize_graph(graph: Graph, calib: Any = None, method: str = "minmax", prog
         annotate_from_ranges(graph, ranges)
     float_graph = graph.copy()
     lowering = lower_to_int8(graph)
+    # a model quantized by tinyc follows TFLite's arithmetic; one quantized elsewhere (its scales
+    # used as given) follows ONNX's: see passes.qdq.set_requant_rounding
+    set_requant_rounding(graph, "tflite" if calib is not None else "half_even")
     return QuantizationResult(float_graph, graph, lowering, ranges, method if calib is not None else None, samples)
