@@ -21,6 +21,9 @@ def test_wheel_contains_data_folders(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in ("tinyc/_data/templates/model.c.j2", "tinyc/_data/templates/kernels/conv.c.j2",
                      "tinyc/_data/runtime_c/include/tinyc_rt.h", "tinyc/_data/runtime_c/src/tinyc_rt.c",
-                     "tinyc/_data/boards/host.toml", "tinyc/api.py"):
+                     "tinyc/_data/boards/host.toml", "tinyc/_data/boards/mps2-an386.toml",
+                     "tinyc/_data/runtime_c/src/tinyc_harness.c", "tinyc/_data/runtime_c/ports/cortex_m/startup.c",
+                     "tinyc/_data/templates/project/board/link.ld.j2",
+                     "tinyc/_data/templates/project/harness_main.c.j2", "tinyc/api.py"):
         assert required in names, required
     assert any(n.endswith("entry_points.txt") for n in names)

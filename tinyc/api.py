@@ -69,26 +69,56 @@ def inspect(model: Any, input_shapes: Sequence[str] | Mapping[str, Sequence[int]
     return dump_graph(load(model, input_shapes, io_layout=io_layout))
 
 
+FORMATS = ("project", "library")
+
+
 def compile(model: Any, output_dir: str | os.PathLike, target: str = "host",
             input_shapes: Sequence[str] | Mapping[str, Sequence[int]] | None = None,
             name: str | None = None, io_layout: str = "onnx", cflags: str | None = None,
             build: bool = False, bind: Mapping[str, Any] | None = None, quantize: str = "auto",
-            calib: Any = None, calib_method: str = "minmax") -> CompileResult:
+            calib: Any = None, calib_method: str = "minmax", board: str | None = None,
+            board_dir: str | os.PathLike | None = None, format: str = "project") -> CompileResult:
     """Compile `model` to C in `output_dir` (sources, CMake project, report.json).
-    quantize/calib/calib_method: see `load` (int8 post-training quantization)."""
+    quantize/calib/calib_method: see `load` (int8 post-training quantization).
+    board: a board definition (boards/*.toml, or `board_dir`) — writes a firmware project for it
+    (format "project": harness, startup, linker script; "library": a static library + CMake target
+    + Makefile fragment for an existing firmware build). A model that does not fit the board's
+    flash/RAM is refused with the numbers."""
     from tinyc.codegen import generate
     from tinyc.targets import host
-    if target not in TARGETS:
-        raise UsageError(f"unknown target '{target}' (available: {', '.join(TARGETS)})")
+    from tinyc.targets.boards import load_board
+    if format not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
+    board_def = load_board(board, board_dir) if board else None
+    if board_def is not None and board_def.get("kind") == "host":
+        board_def = None
+    if board_def is None:
+        if target not in TARGETS:
+            raise UsageError(f"unknown target '{target}' (available: {', '.join(TARGETS)}; or --board NAME)")
+        if format != "project":
+            raise UsageError("--format library needs --board (the library is built with the board's toolchain)")
     quant = None
     if isinstance(model, Graph):
         graph = model
     else:
         graph, quant = prepare(model, input_shapes, name, io_layout, bind, quantize, calib, calib_method)
     out = Path(output_dir)
-    gen = generate(graph, prefix=name)
-    host.write_project(out, gen.files, gen.manifest, cflags if cflags is not None else host.default_cflags())
-    report = dict(gen.report, target=target)
+    target_name = board_def["name"] if board_def else target
+    gen = generate(graph, prefix=name, target="mcu" if board_def else target)
+    if board_def is None:
+        host.write_project(out, gen.files, gen.manifest, cflags if cflags is not None else host.default_cflags())
+    elif format == "library":
+        from tinyc.targets.library import write_library_project
+        write_library_project(out, gen.files, gen.manifest, board_def)
+    else:
+        from tinyc.device.runner import save_golden_graph
+        from tinyc.targets.board import write_board_project
+        write_board_project(out, gen.files, gen.manifest, board_def)
+        source = str(Path(model).resolve()) if isinstance(model, (str, os.PathLike)) else None
+        save_golden_graph(out, graph, source)
+    report = dict(gen.report, target=target_name)
+    if board_def is not None:
+        report.update(board=board_def["name"], format=format)
     if quant is not None:
         from tinyc.quantize.report import quantization_summary
         report["quantization"] = quantization_summary(quant)
@@ -96,9 +126,27 @@ def compile(model: Any, output_dir: str | os.PathLike, target: str = "host",
     from tinyc.report import markdown_report, memory_svg
     (out / "report.md").write_text(markdown_report(report))
     (out / "memory.svg").write_text(memory_svg(gen.layout))
+    if board_def is not None and format == "project":
+        from tinyc.targets.board import check_fit
+        check_fit(report, gen.manifest, board_def)
     if build:
-        host.build(out)
+        report.update(build_project(out))
     return CompileResult(out, graph, report, sorted(gen.files))
+
+
+def build_project(project_dir: str | os.PathLike, force: bool = False) -> dict[str, Any]:
+    """Build a compiled folder with its toolchain: host (shared library + runner), firmware
+    (ELF; flash/RAM/stack sizes measured and written into report.json) or library (lib<prefix>.a)."""
+    from tinyc.targets import host
+    out = Path(project_dir)
+    manifest = host.load_manifest(out)
+    if manifest.get("board") and (out / "board.json").is_file():
+        from tinyc.targets.board import build_board_project
+        return build_board_project(out, force=force)
+    if manifest.get("format") == "library":
+        from tinyc.targets.library import build_library
+        return {"library": str(build_library(out, force=force))}
+    return {"library": str(host.build(out, force=force))}
 
 
 @dataclass
@@ -181,12 +229,58 @@ def _load_inputs(inputs: Any) -> dict[str, np.ndarray]:
     raise UsageError("inputs must be a path to an .npz file or a mapping of name -> array")
 
 
-def run(output_dir: str | os.PathLike, inputs: Any, output: str | os.PathLike | None = None) -> dict[str, np.ndarray]:
+def run(output_dir: str | os.PathLike, inputs: Any, output: str | os.PathLike | None = None,
+        port: str | None = None) -> dict[str, np.ndarray]:
     """Build (if needed) and run compiled C on `inputs` (npz path or dict); optionally save an npz.
-    Arrays either have the model's exact input shape, or one extra leading dim N for N runs."""
+    Arrays either have the model's exact input shape, or one extra leading dim N for N runs.
+    A firmware project runs on its board (flashed/emulated as needed; `port` for real boards)."""
     from tinyc.targets import host
+    if host.load_manifest(Path(output_dir)).get("format") == "library":
+        raise UsageError(f"{output_dir} is a library for your own firmware build (--format library); it has no "
+                         "runner: compile with --format project to run it on the board")
     feeds = _load_inputs(inputs)
-    results = host.run_batch(output_dir, feeds)
+    if _is_firmware(output_dir):
+        results = run_on_board(output_dir, feeds, port=port).outputs
+    else:
+        results = host.run_batch(output_dir, feeds)
     if output is not None:
         np.savez(output, **results)
     return results
+
+
+def _is_firmware(project_dir: str | os.PathLike) -> bool:
+    from tinyc.targets import host
+    return bool(host.load_manifest(Path(project_dir)).get("board")) and (Path(project_dir) / "board.json").is_file()
+
+
+def run_on_board(project_dir: str | os.PathLike, inputs: Any, port: str | None = None, **options: Any) -> Any:
+    """Run a firmware project on its board over the serial harness: outputs plus the count of
+    each inference (`DeviceRun`: instructions under QEMU, cycles on hardware)."""
+    from tinyc.device.runner import run_on_device
+    return run_on_device(project_dir, _load_inputs(inputs), port=port, **options)
+
+
+def profile(project_dir: str | os.PathLike, inputs: Any = None, port: str | None = None,
+            **options: Any) -> dict[str, Any]:
+    """Per-layer counts, MACs, MACs per count and share on the board (one inference)."""
+    from tinyc.device.runner import profile_on_device
+    return profile_on_device(project_dir, _load_inputs(inputs) if inputs is not None else None, port=port,
+                             **options)
+
+
+def validate(project_dir: str | os.PathLike, data: Any, port: str | None = None, labels: Any = None,
+             **options: Any) -> dict[str, Any]:
+    """Device outputs vs the golden model (bit for bit for int8) and onnxruntime; accuracy with labels."""
+    from tinyc.device.runner import validate_on_device
+    lab = None
+    if labels is not None:
+        lab = np.load(labels, allow_pickle=False) if isinstance(labels, (str, os.PathLike)) else np.asarray(labels)
+    return validate_on_device(project_dir, _load_inputs(data), port=port, labels=lab, **options)
+
+
+def flash(project_dir: str | os.PathLike, port: str | None = None, **options: Any) -> dict[str, Any]:
+    """Build if needed and flash the firmware (emulated boards: start QEMU); returns the board's
+    HELLO (board, model, hash, versions, arena, layers, I/O bytes)."""
+    from tinyc.device.runner import connect
+    with connect(project_dir, port, **options) as dev:
+        return dict(dev.info, units=dev.units.name)

@@ -38,15 +38,85 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     from tinyc.api import compile
     res = compile(args.model, args.output, target=args.target, input_shapes=args.input_shape, name=args.name,
                   io_layout=args.io_layout, cflags=args.cflags, build=args.build, bind=_bindings(args.bind),
-                  quantize=args.quantize, calib=args.calib, calib_method=args.calib_method)
+                  quantize=args.quantize, calib=args.calib, calib_method=args.calib_method,
+                  board=args.board, board_dir=args.board_dir, format=args.format)
     r = res.report
-    print(f"compiled '{r['model']}' for {args.target} -> {res.output_dir}")
+    print(f"compiled '{r['model']}' for {r['target']}{' (' + args.format + ')' if args.board else ''} "
+          f"-> {res.output_dir}")
     print(f"  layers {len(r['layers'])}, MACs {r['macs']:,}, params {r['params']:,}, weights {r['weights_bytes']:,} B")
     print(f"  arena {r['arena_bytes']:,} B (lower bound {r['arena_lower_bound_bytes']:,} B, {r['memory_strategy']})")
     q = r.get("quantization")
     if q:
         print(f"  int8: {q['int8_nodes']} integer kernels, {len(q['float_nodes'])} ops left in float"
               + (f" ({', '.join(sorted({f['op'] for f in q['float_nodes']}))})" if q["float_nodes"] else ""))
+    if "flash_bytes" in r:
+        _print_sizes(r)
+    return 0
+
+
+def _print_sizes(r: dict) -> None:
+    print(f"  firmware for {r['board']}: flash {r['flash_bytes']:,} B, RAM {r['ram_bytes']:,} B "
+          f"(arena {r['arena_bytes']:,} B), worst-case stack {r['stack_bytes']:,} B")
+
+
+def _cmd_boards(args: argparse.Namespace) -> int:
+    from tinyc.targets.boards import boards_table
+    print(boards_table(args.board_dir))
+    return 0
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from tinyc.api import build_project
+    res = build_project(args.project, force=args.force)
+    if "flash_bytes" in res:
+        report = json.loads((Path(args.project) / "report.json").read_text())
+        _print_sizes(dict(report, **res))
+        for w in res.get("warnings", []):
+            print(f"  warning: {w}")
+    else:
+        print(f"built {res['library']}")
+    return 0
+
+
+def _cmd_flash(args: argparse.Namespace) -> int:
+    from tinyc.api import flash
+    info = flash(args.project, port=args.port)
+    print(f"{info['board']} runs '{info['model']}' (hash {info['model_hash']}, tinyc {info['tinyc_version']}, "
+          f"protocol {info['protocol_version']}): arena {info['arena_bytes']:,} B, {info['num_layers']} layers, "
+          f"inputs {info['input_bytes']:,} B, outputs {info['output_bytes']:,} B")
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    import json
+
+    from tinyc.api import validate
+    from tinyc.device.runner import check_validation, validation_table
+    v = validate(args.project, args.data, port=args.port, labels=args.labels)
+    print(validation_table(v))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(v, f, indent=2)
+        print(f"wrote {args.json}")
+    check_validation(v)
+    return 0
+
+
+def _cmd_profile(args: argparse.Namespace) -> int:
+    import json
+
+    from tinyc.api import profile
+    from tinyc.device.runner import profile_table
+    p = profile(args.project, args.input, port=args.port)
+    print(f"profile of '{p['model']}' on {p['board']}")
+    print(profile_table(p))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(p, f, indent=2)
+        print(f"wrote {args.json}")
     return 0
 
 
@@ -71,7 +141,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from tinyc.api import run
-    outs = run(args.project, args.input, args.output)
+    outs = run(args.project, args.input, args.output, port=args.port)
     for name, value in outs.items():
         flat = np.asarray(value).reshape(-1)
         preview = ", ".join(f"{v:.6g}" for v in flat[:8]) + (", ..." if flat.size > 8 else "")
@@ -93,6 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--io-layout", choices=["onnx", "nhwc"], default="onnx",
                         help="keep the model's I/O layout (default) or take/give channels-last tensors")
 
+    def board_dir_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--board-dir", help="folder with your own board .toml files (searched first)")
+
+    def port_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--port", help="real boards: the serial port (/dev/ttyACM0, socket://host:port, "
+                                       "rfc2217://...); emulated boards start QEMU themselves")
+
     def calib_args(sp: argparse.ArgumentParser, required: bool = False) -> None:
         sp.add_argument("--calib", required=required, metavar="CALIB.npz",
                         help="calibration inputs: one array per model input, leading sample dimension")
@@ -106,7 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("compile", help="compile a model to a C project")
     model_args(sp)
     sp.add_argument("-o", "--output", required=True, help="output folder")
-    sp.add_argument("--target", default="host", help="target (host)")
+    sp.add_argument("--target", default="host", help="target (host); use --board for microcontrollers")
+    sp.add_argument("--board", help="write a firmware project for this board (see `tinyc boards`)")
+    sp.add_argument("--format", choices=["project", "library"], default="project",
+                    help="with --board: a standalone firmware project with the serial harness (default), or a "
+                         "static library + CMake target + Makefile fragment for your own firmware")
+    board_dir_arg(sp)
     sp.add_argument("--name", help="C symbol prefix (default: model file name)")
     sp.add_argument("--cflags", help="C flags for the host build (default: -O3 -march=native -fno-math-errno)")
     sp.add_argument("--build", action="store_true", help="also build it now")
@@ -132,7 +214,38 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("project", help="folder written by `tinyc compile`")
     sp.add_argument("--input", required=True, help=".npz whose keys are the model's input names")
     sp.add_argument("--output", help="write outputs to this .npz")
+    port_arg(sp)
     sp.set_defaults(func=_cmd_run)
+
+    sp = sub.add_parser("boards", help="list the board definitions")
+    board_dir_arg(sp)
+    sp.set_defaults(func=_cmd_boards)
+
+    sp = sub.add_parser("build", help="build a compiled folder (firmware: prints flash/RAM/stack use)")
+    sp.add_argument("project", help="folder written by `tinyc compile`")
+    sp.add_argument("--force", action="store_true", help="rebuild even when nothing changed")
+    sp.set_defaults(func=_cmd_build)
+
+    sp = sub.add_parser("flash", help="build if needed and flash the firmware (emulated boards: start QEMU) "
+                                      "and check it answers")
+    sp.add_argument("project", help="firmware project written by `tinyc compile --board`")
+    port_arg(sp)
+    sp.set_defaults(func=_cmd_flash)
+
+    sp = sub.add_parser("validate", help="device vs golden model vs onnxruntime (and accuracy with labels)")
+    sp.add_argument("project", help="firmware project written by `tinyc compile --board`")
+    sp.add_argument("--data", required=True, help=".npz of inputs (leading sample dimension); a 'y' key = labels")
+    sp.add_argument("--labels", help=".npy of labels for accuracy")
+    sp.add_argument("--json", help="write the comparison here")
+    port_arg(sp)
+    sp.set_defaults(func=_cmd_validate)
+
+    sp = sub.add_parser("profile", help="per-layer counts, MACs, MACs per count, share of total on the device")
+    sp.add_argument("project", help="firmware project written by `tinyc compile --board`")
+    sp.add_argument("--input", help=".npz to profile on (first sample; default zeros)")
+    sp.add_argument("--json", help="write the profile here")
+    port_arg(sp)
+    sp.set_defaults(func=_cmd_profile)
     return p
 
 

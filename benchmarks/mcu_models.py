@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""int8 models on the emulated Cortex-M boards: instructions, MACs per instruction, arena, flash, stack.
+
+For every model x board: compile for the board (MLPerf Tiny: the shipped ``model_int8_qdq.onnx``,
+its own scales — the same int8 models TFLite Micro runs; digits: tinyc's own PTQ on 300 training
+images), build with arm-none-eabi-gcc, start the firmware in QEMU, send the first test input over
+the serial harness, RUN once, and check the output equals the golden model bit for bit.
+
+Counts are QEMU instruction counts (``-icount shift=7,sleep=off``: SysTick advances with executed
+instructions, so they are deterministic), not cycles — the same counting as the TFLite Micro +
+CMSIS-NN figures in ../shared/NOTES.md (Cortex-M4, mps2-an386), which this prints as ratios
+(tinyc / TFLite Micro: below 1 is better). Their flash is the whole TFLite Micro firmware; ours is
+the whole tinyc firmware (model, weights, runtime, harness, startup).
+
+    python benchmarks/mcu_models.py [--models digits mlperf_kws_dscnn] [--boards mps2-an386 mps3-an547]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+MLPERF_DIR = ROOT.parent / "shared" / "models" / "mlperf_tiny"
+MLPERF_MODELS = ("mlperf_kws_dscnn", "mlperf_vww_mobilenetv1_025", "mlperf_ic_resnet8", "mlperf_ad_fc_autoencoder")
+MODELS = ("digits",) + MLPERF_MODELS
+BOARDS = ("mps2-an385", "mps2-an386", "mps2-an500", "mps3-an547")
+OUT = HERE / "results" / "mcu_models.json"
+
+#: TFLite Micro + CMSIS-NN on mps2-an386, same counting (../shared/NOTES.md): instructions, arena
+#: bytes, whole-firmware flash bytes.
+TFLM_M4 = {"mlperf_kws_dscnn": (7.85e6, 22.8e3, 167e3), "mlperf_vww_mobilenetv1_025": (24.7e6, 100.7e3, 447e3),
+           "mlperf_ic_resnet8": (29.9e6, 55.0e3, 211e3), "mlperf_ad_fc_autoencoder": (0.58e6, 2.6e3, 330e3)}
+
+
+def model_and_data(name: str, work: Path) -> tuple[Path, dict, dict]:
+    """(ONNX path, compile options, one test input)."""
+    if name == "digits":
+        sys.path.insert(0, str(ROOT / "examples" / "digits"))
+        from data import load_split
+        x_train, _, x_test, _ = load_split()
+        calib = work / "digits_calib.npz"
+        np.savez(calib, input=x_train[:300])
+        return ROOT / "examples" / "digits" / "digits_cnn.onnx", {"quantize": "int8", "calib": calib}, \
+            {"input": x_test[:1]}
+    with np.load(MLPERF_DIR / name / "test.npz") as data:
+        x = data["x"][:1]
+    return MLPERF_DIR / name / "model_int8_qdq.onnx", {}, {"x": x}
+
+
+def measure(name: str, board: str, work: Path) -> dict:
+    import tinyc
+    import tinyc.reference
+    from tinyc.device.runner import run_on_device
+    model, opts, feeds = model_and_data(name, work)
+    out = work / f"{name}_{board}"
+    t0 = time.perf_counter()
+    res = tinyc.compile(model, out, board=board, build=True, **opts)
+    build_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    dev = run_on_device(out, feeds, progress=False)
+    run_s = time.perf_counter() - t0
+    graph = res.graph
+    (key, x), = feeds.items()
+    gold = tinyc.reference.run_graph(graph, {graph.inputs[0]: x.reshape(graph.tensor(graph.inputs[0]).shape)})
+    got = next(iter(dev.outputs.values()))
+    want = np.asarray(next(iter(gold.values()))).reshape(np.shape(got))
+    r = res.report
+    instr = dev.per_inference
+    row = {"model": name, "board": board, "instructions": round(instr), "macs": r["macs"],
+           "macs_per_instruction": r["macs"] / instr if instr else 0.0, "arena_bytes": r["arena_bytes"],
+           "flash_bytes": r["flash_bytes"], "ram_bytes": r["ram_bytes"], "stack_bytes": r["stack_bytes"],
+           "weights_bytes": r["weights_bytes"], "bit_exact_vs_golden": bool(np.array_equal(got, want)),
+           "build_s": round(build_s, 1), "device_s": round(run_s, 2)}
+    if name in TFLM_M4:
+        ti, ta, tf = TFLM_M4[name]
+        row.update(tflm_m4_instructions=ti, tflm_arena_bytes=ta, tflm_flash_bytes=tf,
+                   arena_ratio_vs_tflm=r["arena_bytes"] / ta, flash_ratio_vs_tflm=r["flash_bytes"] / tf)
+        if board == "mps2-an386":
+            row["instructions_ratio_vs_tflm_cmsis"] = instr / ti
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    head = (f"{'model':<28} {'board':<11} {'instr':>12} {'MAC/instr':>9} {'arena':>9} {'flash':>9} {'stack':>6} "
+            f"{'exact':>5} {'instr/TFLM':>10} {'arena/TFLM':>10} {'flash/TFLM':>10}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        def ratio(k: str) -> str:
+            return f"{r[k]:.2f}" if k in r else "-"
+        lines.append(f"{r['model']:<28} {r['board']:<11} {r['instructions']:>12,} {r['macs_per_instruction']:>9.3f} "
+                     f"{r['arena_bytes']:>9,} {r['flash_bytes']:>9,} {r['stack_bytes']:>6,} "
+                     f"{'yes' if r['bit_exact_vs_golden'] else 'NO':>5} {ratio('instructions_ratio_vs_tflm_cmsis'):>10} "
+                     f"{ratio('arena_ratio_vs_tflm'):>10} {ratio('flash_ratio_vs_tflm'):>10}")
+    lines.append("instructions: QEMU icount instruction counts (not cycles); TFLM = TFLite Micro + CMSIS-NN on "
+                 "mps2-an386 (../shared/NOTES.md), ratios tinyc / TFLM")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    ap.add_argument("--boards", nargs="+", default=list(BOARDS), choices=BOARDS)
+    ap.add_argument("--work", default=str(HERE / "results" / "build_mcu"))
+    ap.add_argument("--json", default=str(OUT))
+    args = ap.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    from tqdm import tqdm
+    for name in args.models:
+        for board in tqdm(args.boards, desc=name, leave=False):
+            rows.append(measure(name, board, work))
+    print(table(rows))
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps({"rows": rows, "tflm_m4": TFLM_M4}, indent=2) + "\n")
+    print(f"wrote {args.json}")
+    return 0 if all(r["bit_exact_vs_golden"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,379 @@
+"""Run, profile and validate a firmware project on its board: build, flash, talk the harness protocol.
+
+One session per command: an emulated board's QEMU is started for it and stopped after it; a real
+board is flashed only when the firmware it reports (HELLO's model hash) is not this project's.
+N inferences of an npz with a leading sample dimension go over one session, without reflashing.
+
+Counts: the firmware reports ticks of its counter. On real boards those are core cycles (DWT, or
+SysTick at the core clock). Under QEMU there are no cycles: with ``-icount shift=S,sleep=off`` one
+guest instruction advances virtual time by 2^S ns, so ticks / (clock_hz * 2^S / 1e9) is the number
+of executed instructions — deterministic, and reported under that name.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from tinyc.errors import DeviceError, RunError, UsageError
+
+#: What `validate` compares against: the graph the firmware was generated from (for the golden model).
+GOLDEN_GRAPH = "golden_graph.pkl"
+
+
+@dataclass
+class CounterUnits:
+    """How to read the firmware's ticks on this board."""
+
+    name: str          # "instructions" (QEMU icount) or "cycles"
+    ticks_per_unit: float
+    note: str
+
+    def convert(self, ticks: int | float) -> float:
+        return float(ticks) / self.ticks_per_unit
+
+
+def counter_units(board: Mapping[str, Any]) -> CounterUnits:
+    """Instructions for emulated boards (see the module docstring), cycles for real ones."""
+    if board.get("emulated"):
+        shift = int(board["emulator"]["icount_shift"])
+        factor = float(board["cpu"]["clock_hz"]) * (1 << shift) / 1e9
+        return CounterUnits("instructions", factor,
+                            f"QEMU instruction counts (-icount shift={shift}: {factor:g} SysTick ticks per "
+                            "instruction), not cycles")
+    kind = board.get("cycle_counter", {}).get("kind", "dwt")
+    return CounterUnits("cycles", 1.0, f"core cycles ({kind.upper()} counter)")
+
+
+@dataclass
+class DeviceConnection:
+    """An open harness session on a board."""
+
+    client: Any          # tinyc.device.client.HarnessClient
+    session: Any         # tinyc.device.flashers.DeviceSession
+    board: dict[str, Any]
+    manifest: dict[str, Any]
+    info: dict[str, Any]
+    units: CounterUnits
+
+
+def _project(project_dir: str | os.PathLike) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    from tinyc.targets.board import load_project_board
+    from tinyc.targets.host import load_manifest
+    out = Path(project_dir)
+    manifest = load_manifest(out)
+    if "board" not in manifest:
+        raise UsageError(f"{out} is a host project; compile with --board to run on a device")
+    return out, manifest, load_project_board(out)
+
+
+def _with_log(exc: DeviceError, session: Any) -> DeviceError:
+    """A device error, plus the emulator's last words when it died (a crash report, a lockup)."""
+    if session is not None and hasattr(session, "alive") and not session.alive():
+        tail = "\n".join(str(session.log).strip().splitlines()[-12:])
+        return DeviceError(f"{exc}\n  the emulator exited (code {session.returncode})"
+                           + (f"; its output:\n{tail}" if tail else ""))
+    return exc
+
+
+@contextmanager
+def connect(project_dir: str | os.PathLike, port: str | None = None, timeout: float = 2.0,
+            run_timeout: float = 120.0, progress: bool | None = None) -> Iterator[DeviceConnection]:
+    """Build the firmware if needed, flash/start it, handshake; stop the emulator afterwards."""
+    from tinyc.device import flashers
+    from tinyc.device.client import HarnessClient
+    from tinyc.device.transport import open_link
+    from tinyc.targets.board import build_board_project
+    out, manifest, board = _project(project_dir)
+    build_board_project(out, progress=progress)
+    elf = out / manifest["firmware"]
+    session = None
+    client = None
+    try:
+        if not board.get("emulated") and port:
+            client = _try_existing(port, manifest, timeout, run_timeout)
+        if client is None:
+            session = flashers.start(board, elf, port=port)
+            client = HarnessClient(open_link(session.url, timeout), port_name=port or f"{board['name']} "
+                                   f"(QEMU, {session.url})", timeout=timeout, run_timeout=run_timeout)
+        info = client.hello()
+        if info["model_hash"] != manifest["model_hash"]:
+            raise DeviceError(f"{client.port_name} runs model '{info['model']}' (hash {info['model_hash']}), not "
+                              f"this project's '{manifest['model']}' ({manifest['model_hash']}); flash it again")
+        yield DeviceConnection(client, session, board, manifest, info, counter_units(board))
+    except DeviceError as exc:
+        raise _with_log(exc, session) from None
+    finally:
+        if client is not None:
+            if session is not None and board.get("emulated") and session.alive():
+                try:
+                    client.exit(0)
+                    session.wait_exit(2.0)
+                except Exception:  # noqa: BLE001  (closing below stops it either way)
+                    pass
+            client.close()
+        if session is not None:
+            session.close()
+
+
+def _try_existing(port: str, manifest: dict[str, Any], timeout: float, run_timeout: float) -> Any:
+    """A client on `port` when the board already runs this project's firmware, else None (flash it)."""
+    from tinyc.device.client import HarnessClient
+    from tinyc.device.transport import open_link
+    try:
+        client = HarnessClient(open_link(port, timeout), port_name=port, timeout=timeout, run_timeout=run_timeout,
+                               retries=1)
+        if client.hello()["model_hash"] == manifest["model_hash"]:
+            return client
+        client.close()
+    except DeviceError:
+        pass
+    return None
+
+
+# -------------------------------------------------------------------------------- bytes <-> arrays
+
+def pack_inputs(manifest: Mapping[str, Any], feeds: Mapping[str, np.ndarray]) -> bytes:
+    """All inputs, manifest order, raw little-endian: the WRITE_INPUT layout."""
+    parts = []
+    for spec in manifest["inputs"]:
+        arr = np.asarray(feeds[spec["name"]])
+        if list(arr.shape) != list(spec["shape"]):
+            raise UsageError(f"input '{spec['name']}' has shape {list(arr.shape)}, the model takes {spec['shape']}")
+        parts.append(np.ascontiguousarray(arr.astype(np.dtype(spec["dtype"]).newbyteorder("<"), copy=False)).tobytes())
+    return b"".join(parts)
+
+
+def unpack_outputs(manifest: Mapping[str, Any], data: bytes) -> dict[str, np.ndarray]:
+    """READ_OUTPUT bytes -> one array per output."""
+    outs, pos = {}, 0
+    for spec in manifest["outputs"]:
+        dt = np.dtype(spec["dtype"]).newbyteorder("<")
+        n = int(np.prod(spec["shape"], dtype=np.int64)) * dt.itemsize
+        if pos + n > len(data):
+            raise DeviceError(f"the device sent {len(data)} output bytes, the model has more ({pos + n}+)")
+        outs[spec["name"]] = np.frombuffer(data[pos:pos + n], dtype=dt).astype(dt.newbyteorder("="))\
+            .reshape(spec["shape"])
+        pos += n
+    return outs
+
+
+# -------------------------------------------------------------------------------- run
+
+@dataclass
+class DeviceRun:
+    """Outputs of N inferences and what each cost."""
+
+    outputs: dict[str, np.ndarray]
+    ticks: list[int]
+    units: CounterUnits
+    info: dict[str, Any]
+
+    @property
+    def per_inference(self) -> float:
+        return self.units.convert(sum(self.ticks) / max(1, len(self.ticks)))
+
+
+def run_on_device(project_dir: str | os.PathLike, inputs: Mapping[str, np.ndarray], port: str | None = None,
+                  progress: bool | None = None, **connect_options: Any) -> DeviceRun:
+    """Run every sample of `inputs` (shapes as for the host: exact, or a leading N) on the board."""
+    from tqdm import tqdm
+
+    from tinyc.targets.host import batch_size, resolve_input_names, sample, stack_outputs
+    _, manifest, _ = _project(project_dir)
+    inputs = resolve_input_names(manifest, inputs)
+    n, mode = batch_size(manifest, inputs)
+    results: dict[str, list[np.ndarray]] = {o["name"]: [] for o in manifest["outputs"]}
+    ticks: list[int] = []
+    show = sys.stderr.isatty() if progress is None else progress
+    with connect(project_dir, port, progress=progress, **connect_options) as dev:
+        for k in tqdm(range(n), desc=f"inferences on {dev.board['name']}", unit="inf", leave=False,
+                      disable=not show or n < 4):
+            feeds = {s["name"]: sample(inputs[s["name"]], s["shape"], mode, k) for s in manifest["inputs"]}
+            dev.client.write_input(pack_inputs(manifest, feeds))
+            ticks.append(dev.client.run(1))
+            for name, value in unpack_outputs(manifest, dev.client.read_output()).items():
+                results[name].append(value)
+        return DeviceRun(stack_outputs(results, mode), ticks, dev.units, dict(dev.info))
+
+
+# -------------------------------------------------------------------------------- profile
+
+def profile_on_device(project_dir: str | os.PathLike, inputs: Mapping[str, np.ndarray] | None = None,
+                      port: str | None = None, **connect_options: Any) -> dict[str, Any]:
+    """Per-layer counts of one inference (the first sample of `inputs`, zeros when none), with the
+    MACs of each layer from report.json, MACs per count and share of the total; plus RUN's total
+    for the same input, so the two can be checked against each other."""
+    from tinyc.targets.host import batch_size, resolve_input_names, sample
+    out, manifest, board = _project(project_dir)
+    if inputs:
+        inputs = resolve_input_names(manifest, inputs)
+        _, mode = batch_size(manifest, inputs)
+        feeds = {s["name"]: sample(inputs[s["name"]], s["shape"], mode, 0) for s in manifest["inputs"]}
+    else:
+        feeds = {s["name"]: np.zeros(s["shape"], s["dtype"]) for s in manifest["inputs"]}
+    report = json.loads((out / "report.json").read_text())
+    macs_by_kernel: dict[int, int] = {}
+    for layer in report.get("layers", []):
+        if layer.get("kernel") is not None:
+            macs_by_kernel[int(layer["kernel"])] = macs_by_kernel.get(int(layer["kernel"]), 0) + int(layer["macs"])
+    with connect(project_dir, port, **connect_options) as dev:
+        dev.client.write_input(pack_inputs(manifest, feeds))
+        run_ticks = dev.client.run(1)
+        prof = dev.client.profile()
+        names = dev.client.layer_names()
+        units = dev.units
+    total = sum(prof)
+    layers = []
+    for i, t in enumerate(prof):
+        count = units.convert(t)
+        macs = macs_by_kernel.get(i, 0)
+        layers.append({"index": i, "name": names[i] if i < len(names) else f"layer{i}", "ticks": int(t),
+                       units.name: round(count, 1), "macs": macs,
+                       f"macs_per_{units.name[:-1]}": (macs / count) if count else 0.0,
+                       "share": (t / total) if total else 0.0})
+    total_macs = sum(macs_by_kernel.values())
+    run_units = units.convert(run_ticks)
+    return {"board": board["name"], "model": manifest["model"], "units": units.name, "units_note": units.note,
+            "layers": layers, "profile_total": units.convert(prof.total),
+            "layers_total": units.convert(total), "run_total": run_units, "macs": total_macs,
+            f"macs_per_{units.name[:-1]}": (total_macs / run_units) if run_units else 0.0,
+            "ticks": {"run": int(run_ticks), "profile": int(prof.total), "layers": int(total),
+                      "set_inputs": int(prof.set_inputs), "get_outputs": int(prof.get_outputs)}}
+
+
+def profile_table(p: Mapping[str, Any]) -> str:
+    """A plain-text table of `profile_on_device`'s result."""
+    u = p["units"]
+    per = f"macs_per_{u[:-1]}"
+    rows = [f"{'#':>3}  {'layer':<32} {u:>14} {'MACs':>12} {'MACs/' + u[:5]:>10} {'share':>7}"]
+    for layer in p["layers"]:
+        rows.append(f"{layer['index']:>3}  {layer['name'][:32]:<32} {layer[u]:>14,.0f} {layer['macs']:>12,} "
+                    f"{layer[per]:>10.3f} {100 * layer['share']:>6.1f}%")
+    rows.append(f"     {'layers total':<32} {p['layers_total']:>14,.0f} {p['macs']:>12,}")
+    rows.append(f"     {'RUN (one inference)':<32} {p['run_total']:>14,.0f}              {p[per]:>10.3f}")
+    rows.append(f"  ({p['units_note']})")
+    return "\n".join(rows)
+
+
+# -------------------------------------------------------------------------------- validate
+
+def save_golden_graph(out_dir: Path, graph: Any, source_model: str | None) -> None:
+    """Keep the graph the firmware came from (and where the ONNX model is) for `validate`."""
+    with open(out_dir / GOLDEN_GRAPH, "wb") as f:
+        pickle.dump({"graph": graph, "source_model": source_model}, f)
+
+
+def _load_golden(out: Path) -> tuple[Any, str | None]:
+    path = out / GOLDEN_GRAPH
+    if not path.is_file():
+        raise UsageError(f"{out} has no {GOLDEN_GRAPH}: compile the model again with this tinyc to validate it")
+    with open(path, "rb") as f:
+        data = pickle.load(f)
+    return data["graph"], data.get("source_model")
+
+
+def validate_on_device(project_dir: str | os.PathLike, data: Mapping[str, np.ndarray], port: str | None = None,
+                       labels: np.ndarray | None = None, **connect_options: Any) -> dict[str, Any]:
+    """Device vs the golden model (must be equal bit for bit for int8 graphs; float within 1e-4
+    relative), vs onnxruntime on the source ONNX model (agreement of top-1, max difference), and
+    accuracy against labels (`labels`, or a 'y' key in `data`)."""
+    import tinyc.reference
+    from tinyc.targets.host import batch_size, resolve_input_names, sample, stack_outputs
+    out, manifest, board = _project(project_dir)
+    graph, source = _load_golden(out)
+    data = dict(data)
+    if labels is None:
+        labels = next((np.asarray(data[k]) for k in ("y", "label", "labels") if k in data), None)
+    feeds = resolve_input_names(manifest, {k: v for k, v in data.items() if k not in ("y", "label", "labels")})
+    n, mode = batch_size(manifest, feeds)
+    dev = run_on_device(out, feeds, port, **connect_options)
+    gold: dict[str, list[np.ndarray]] = {o["name"]: [] for o in manifest["outputs"]}
+    for k in range(n):
+        one = {s["name"]: sample(feeds[s["name"]], s["shape"], mode, k) for s in manifest["inputs"]}
+        res = tinyc.reference.run_graph(graph, one)
+        for o in manifest["outputs"]:
+            gold[o["name"]].append(np.asarray(res[o["name"]]).reshape(o["shape"]))
+    golden = stack_outputs(gold, mode)
+    integer = any(t.dtype in ("int8", "uint8") for t in graph.tensors.values() if not t.is_constant)
+    result: dict[str, Any] = {"board": board["name"], "model": manifest["model"], "samples": n,
+                              "per_inference": dev.per_inference, "units": dev.units.name, "outputs": {}}
+    ok = True
+    ort = _onnxruntime_outputs(source, feeds, manifest, n, mode) if source else None
+    for o in manifest["outputs"]:
+        name = o["name"]
+        d, g = np.asarray(dev.outputs[name]), np.asarray(golden[name])
+        entry: dict[str, Any] = {"max_abs_diff_vs_golden": float(np.max(np.abs(d.astype(np.float64) - g)))
+                                 if d.size else 0.0,
+                                 "bit_exact_vs_golden": bool(np.array_equal(d, g))}
+        tol = 0.0 if integer else 1e-4 * max(1.0, float(np.max(np.abs(g))) if g.size else 1.0)
+        entry["golden_ok"] = entry["bit_exact_vs_golden"] if integer else entry["max_abs_diff_vs_golden"] <= tol
+        ok &= entry["golden_ok"]
+        if ort is not None and name in ort:
+            r = np.asarray(ort[name], np.float64).reshape(d.shape)
+            entry["max_abs_diff_vs_onnxruntime"] = float(np.max(np.abs(d.astype(np.float64) - r))) if d.size else 0.0
+            if d.ndim >= 2 and d.shape[-1] > 1:
+                entry["top1_agreement_vs_onnxruntime"] = float(np.mean(d.argmax(-1) == r.argmax(-1)))
+        if labels is not None and d.ndim >= 2 and d.shape[-1] > 1:
+            lab = np.asarray(labels).reshape(-1)
+            pred = d.reshape(-1, d.shape[-1]).argmax(-1)
+            if lab.size == pred.size:
+                entry["accuracy"] = float(np.mean(pred == lab))
+        result["outputs"][name] = entry
+    result["golden_ok"] = bool(ok)
+    result["integer"] = integer
+    return result
+
+
+def _onnxruntime_outputs(source: str, feeds: Mapping[str, np.ndarray], manifest: Mapping[str, Any], n: int,
+                         mode: str) -> dict[str, np.ndarray] | None:
+    """onnxruntime on the source model (graph optimisations off: its fused int8 kernels round
+    differently on some CPUs), sample by sample; None when onnxruntime or the model is missing."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    if not Path(source).is_file():
+        return None
+    from tinyc.targets.host import sample, stack_outputs
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    res: dict[str, list[np.ndarray]] = {k: [] for k in names}
+    for k in range(n):
+        one = {s["name"]: sample(feeds[s["name"]], s["shape"], mode, k).astype(s["dtype"]) for s in manifest["inputs"]}
+        for name, v in zip(names, sess.run(None, one)):
+            res[name].append(np.asarray(v))
+    return stack_outputs(res, mode)
+
+
+def validation_table(v: Mapping[str, Any]) -> str:
+    rows = [f"validated '{v['model']}' on {v['board']}: {v['samples']} samples, "
+            f"{v['per_inference']:,.0f} {v['units']} per inference"]
+    for name, e in v["outputs"].items():
+        parts = [("device == golden model bit for bit" if e["bit_exact_vs_golden"] else
+                  f"device vs golden max |diff| {e['max_abs_diff_vs_golden']:.3g}")
+                 + ("" if e["golden_ok"] else "  <-- MISMATCH")]
+        if "top1_agreement_vs_onnxruntime" in e:
+            parts.append(f"top-1 agreement with onnxruntime {100 * e['top1_agreement_vs_onnxruntime']:.2f}%")
+        if "max_abs_diff_vs_onnxruntime" in e:
+            parts.append(f"max |diff| vs onnxruntime {e['max_abs_diff_vs_onnxruntime']:.3g}")
+        if "accuracy" in e:
+            parts.append(f"accuracy {100 * e['accuracy']:.2f}%")
+        rows.append(f"  {name}: " + "; ".join(parts))
+    return "\n".join(rows)
+
+
+def check_validation(v: Mapping[str, Any]) -> None:
+    """Raise RunError when the device disagrees with the golden model."""
+    if not v["golden_ok"]:
+        bad = [n for n, e in v["outputs"].items() if not e["golden_ok"]]
+        raise RunError(f"device outputs differ from the golden model on {v['board']}: {', '.join(bad)}")
