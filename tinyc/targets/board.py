@@ -24,7 +24,7 @@ import numpy as np
 from tinyc import __version__
 from tinyc.errors import BuildError, UsageError
 from tinyc.resources import runtime_dir, templates_dir
-from tinyc.targets.host import MANIFEST, _write_if_changed, load_manifest
+from tinyc.targets.host import MANIFEST, _write_if_changed, load_manifest, write_sources
 
 BOARD_JSON = "board.json"
 REPORT = "report.json"
@@ -112,14 +112,7 @@ def write_board_project(out_dir: Path, files: Mapping[str, str], manifest: dict[
     if not _is_mcu(board):
         raise UsageError(f"board '{board.get('name')}' is not a microcontroller board (kind {board.get('kind')!r})")
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        _write_if_changed(out_dir / name, text)
-    rt = out_dir / "runtime"
-    for sub in ("include", "src"):
-        (rt / sub).mkdir(parents=True, exist_ok=True)
-        for f in sorted((runtime_dir() / sub).glob("*.[ch]")):
-            _write_if_changed(rt / sub / f.name, f.read_text())
+    rt = write_sources(out_dir, files)
     port_dir = rt / "port"
     port_dir.mkdir(parents=True, exist_ok=True)
     ports = port_sources(board)

@@ -27,8 +27,9 @@ def default_cflags() -> str:
 MANIFEST = "tinyc.json"
 
 
-def write_project(out_dir: Path, files: Mapping[str, str], manifest: dict[str, Any], cflags: str) -> None:
-    import jinja2
+def write_sources(out_dir: Path, files: Mapping[str, str]) -> Path:
+    """The generated model files plus runtime_c's include/ and src/ under out_dir/runtime (returned):
+    what every project kind (host, firmware) starts from."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         _write_if_changed(out_dir / name, text)
@@ -37,6 +38,12 @@ def write_project(out_dir: Path, files: Mapping[str, str], manifest: dict[str, A
         (rt / sub).mkdir(parents=True, exist_ok=True)
         for f in sorted((runtime_dir() / sub).glob("*.[ch]")):
             _write_if_changed(rt / sub / f.name, f.read_text())
+    return rt
+
+
+def write_project(out_dir: Path, files: Mapping[str, str], manifest: dict[str, Any], cflags: str) -> None:
+    import jinja2
+    write_sources(out_dir, files)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     ctx = dict(manifest["render"], version=__version__, cflags=cflags)
