@@ -140,7 +140,7 @@ def build_project(project_dir: str | os.PathLike, force: bool = False) -> dict[s
     from tinyc.targets import host
     out = Path(project_dir)
     manifest = host.load_manifest(out)
-    if manifest.get("board") and (out / "board.json").is_file():
+    if _is_firmware(out):
         from tinyc.targets.board import build_board_project
         return build_board_project(out, force=force)
     if manifest.get("format") == "library":

@@ -351,7 +351,7 @@ class QConv(Conv):
         bshape = (OC,) + (1,) * n_sp
         mult = np.asarray(a["multiplier"], np.int64).reshape(bshape)
         shift = np.asarray(a["shift"], np.int64).reshape(bshape)
-        y = requantize_any(acc, mult, shift, a["y_zp"], a["act_min"], a["act_max"], a.get("rounding", "tflite"))
+        y = requantize_any(acc, mult, shift, a["y_zp"], a["act_min"], a["act_max"], arith.rounding_of(a))
         if a["layout"] != "NCHW":
             y = np.moveaxis(y, 1, -1)
         return [np.ascontiguousarray(y)]

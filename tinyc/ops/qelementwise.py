@@ -123,7 +123,7 @@ def build_qadd(graph: Graph, name: str, a: str, b: str, out: str,
 def add_params_of(attrs: dict[str, Any]) -> arith.AddParams:
     """The node's AddParams, its ``rounding`` mode name turned into the C constant."""
     return arith.AddParams(**{k: attrs[k] for k in ADD_FIELDS if k != "rounding"},
-                           rounding=arith.rounding_code(attrs.get("rounding", "tflite")))
+                           rounding=arith.rounding_code(arith.rounding_of(attrs)))
 
 
 def build_qmul(graph: Graph, name: str, a: str, b: str, out: str,
@@ -192,7 +192,7 @@ class QMul(_QBinary):
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         a = node.attrs
         return [np.asarray(arith.mul_int8(inputs[0], inputs[1], a["a_zp"], a["b_zp"], a["multiplier"], a["shift"],
-                                          a["out_zp"], a["act_min"], a["act_max"], a.get("rounding", "tflite")),
+                                          a["out_zp"], a["act_min"], a["act_max"], arith.rounding_of(a)),
                            np.int8)]
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:

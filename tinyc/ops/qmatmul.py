@@ -196,7 +196,7 @@ class QMatMul(OpDef):
             acc = acc + inputs[2].astype(np.int64).reshape(-1)
         x = np.asarray(arith.multiply_by_quantized_multiplier(
             acc, np.asarray(at["multiplier"], np.int32), np.asarray(at["shift"], np.int32),
-            at.get("rounding", "tflite"))).astype(np.int64)
+            arith.rounding_of(at))).astype(np.int64)
         lo, hi = _clamp(at)
         y = np.clip(x + at["y_zp"], lo, hi)
         return [y.astype(at["ydtype"])]

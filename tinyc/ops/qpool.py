@@ -226,7 +226,7 @@ class QAvgPool(Pool):
         shift = np.vectorize(lambda c: lut[int(c)][1], otypes=[np.int64])(count)[None, :, :, None]
         acc = acc * (1 << a["pre_shift"])  # < 2^31 in magnitude by the choice of pre_shift
         y = np.asarray(arith.requantize(acc, mult, shift, a["y_zp"], a["act_min"], a["act_max"],
-                                        a.get("rounding", "tflite")), np.int8)
+                                        arith.rounding_of(a)), np.int8)
         y = y.reshape(m["N"], *([m["OH"], m["OW"]][2 - m["n"]:]), m["C"])
         if a["layout"] == "NCHW":
             y = np.moveaxis(y, -1, 1)

@@ -165,10 +165,15 @@ def rounding_code(mode: str) -> int:
     return ROUNDINGS.index(mode)
 
 
+def rounding_of(attrs: dict) -> str:
+    """A node's requantization rounding mode (attr ``rounding``; nodes without one use TFLite's)."""
+    return str(attrs.get("rounding", "tflite"))
+
+
 def rounding_context(attrs: dict) -> dict[str, object]:
-    """Template variables for a node's requantization rounding (attr ``rounding``, default "tflite"):
-    ``rounding`` (the C constant) and ``rq_r`` (the branch-free helper the tiled kernels call)."""
-    mode = str(attrs.get("rounding", "tflite"))
+    """Template variables for a node's requantization rounding (``rounding_of``): ``rounding``
+    (the C constant) and ``rq_r`` (the branch-free helper the tiled kernels call)."""
+    mode = rounding_of(attrs)
     return {"rounding": rounding_code(mode),
             "rq_r": "tinyc_q_mbqm_even_r" if mode == "half_even" else "tinyc_q_mbqm_r"}
 

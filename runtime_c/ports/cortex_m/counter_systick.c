@@ -1,8 +1,8 @@
 /*
  * counter_systick.c - a 64-bit tick counter from the 24-bit SysTick timer.
  *
- * SysTick counts down from its reload value 2^B - 1 at the core clock; its interrupt adds one to a
- * wrap count, so ticks = wraps * 2^B + (2^B - 1 - current). Every Cortex-M has SysTick (the M0+ has no
+ * SysTick counts down from 0xFFFFFF at the core clock; its interrupt adds one to a wrap count,
+ * so ticks = wraps * 2^24 + (0xFFFFFF - current). Every Cortex-M has SysTick (the M0+ has no
  * DWT cycle counter) and QEMU models it: with -icount shift=S,sleep=off it advances with the
  * executed instructions, which makes counts deterministic (see boards/README.md).
  */
@@ -10,16 +10,7 @@
 
 #include "tinyc_cm.h"
 
-/* Period 2^TINYC_SYSTICK_BITS ticks (at most 24, the timer's width). A shorter period wraps more
- * often; emulated boards use 16 so that QEMU, which services the UART at timer deadlines, answers
- * the host promptly. */
-#ifndef TINYC_SYSTICK_BITS
-#define TINYC_SYSTICK_BITS 24
-#endif
-#if TINYC_SYSTICK_BITS < 8 || TINYC_SYSTICK_BITS > 24
-#error "TINYC_SYSTICK_BITS must be between 8 and 24"
-#endif
-#define TINYC_SYSTICK_RELOAD ((1u << TINYC_SYSTICK_BITS) - 1u)
+#define TINYC_SYSTICK_RELOAD 0xFFFFFFu
 
 static volatile uint32_t systick_wraps;
 
@@ -53,5 +44,5 @@ uint64_t tinyc_cm_counter_read(void)
         wraps += 1u;
     }
     __asm__ volatile("msr primask, %0" : : "r"(primask) : "memory");
-    return ((uint64_t)wraps << TINYC_SYSTICK_BITS) + (uint64_t)(TINYC_SYSTICK_RELOAD - (value & TINYC_SYSTICK_RELOAD));
+    return ((uint64_t)wraps << 24) + (uint64_t)(TINYC_SYSTICK_RELOAD - (value & TINYC_SYSTICK_RELOAD));
 }
