@@ -111,7 +111,8 @@ def _random_graph(seed: int, rank: int, const_b: bool) -> tuple[Graph, dict[str,
     g.nodes.append(build_qlut(g, "lut", "a", "y_lut", fn, source=name))
     add_qtensor(g, "y_u8", ashape, _scale(rng), _zp(rng, "uint8"), "uint8")
     add_qtensor(g, "y_back", ashape, _scale(rng), _zp(rng))
-    add_qtensor(g, "y_shift", ashape, sa, _zp(rng))
+    zs = _zp(rng)
+    add_qtensor(g, "y_shift", ashape, sa, zs + 1 if zs == za else zs)  # another zero point: the "shift" path
     g.nodes += [build_qrequantize(g, "to_u8", "a", "y_u8"), build_qrequantize(g, "to_i8", "y_u8", "y_back"),
                 build_qrequantize(g, "shift", "a", "y_shift")]
     axis = int(rng.integers(-len(ashape), len(ashape))) if ashape else 0
