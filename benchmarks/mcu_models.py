@@ -2,8 +2,9 @@
 """int8 models on the emulated Cortex-M boards: instructions, MACs per instruction, arena, flash, stack.
 
 For every model x board: compile for the board (MLPerf Tiny: the shipped ``model_int8_qdq.onnx``,
-its own scales — the same int8 models TFLite Micro runs; digits: tinyc's own PTQ on 300 training
-images), build with arm-none-eabi-gcc, start the firmware in QEMU, send the first test input over
+its own scales — the same int8 models TFLite Micro runs, with int8 input and output as TFLite
+Micro's are (``io_dtype="int8"``: the float input is quantized on the host); digits: tinyc's own
+PTQ on 300 training images), build with arm-none-eabi-gcc, start the firmware in QEMU, send the first test input over
 the serial harness, RUN once, and check the output equals the golden model bit for bit.
 
 Counts are QEMU instruction counts (``-icount shift=7,sleep=off``: SysTick advances with executed
@@ -47,17 +48,19 @@ def model_and_data(name: str, work: Path) -> tuple[Path, dict, dict]:
         x_train, _, x_test, _ = load_split()
         calib = work / "digits_calib.npz"
         np.savez(calib, input=x_train[:300])
-        return ROOT / "examples" / "digits" / "digits_cnn.onnx", {"quantize": "int8", "calib": calib}, \
-            {"input": x_test[:1]}
+        return ROOT / "examples" / "digits" / "digits_cnn.onnx", \
+            {"quantize": "int8", "calib": calib, "io_dtype": "int8"}, {"input": x_test[:1]}
     with np.load(MLPERF_DIR / name / "test.npz") as data:
         x = data["x"][:1]
-    return MLPERF_DIR / name / "model_int8_qdq.onnx", {}, {"x": x}
+    return MLPERF_DIR / name / "model_int8_qdq.onnx", {"io_dtype": "int8"}, {"x": x}
 
 
 def measure(name: str, board: str, work: Path) -> dict:
     import tinyc
     import tinyc.reference
+    import tinyc.targets.host
     from tinyc.device.runner import run_on_device
+    from tinyc.quantize.io import to_model_input
     model, opts, feeds = model_and_data(name, work)
     out = work / f"{name}_{board}"
     t0 = time.perf_counter()
@@ -68,7 +71,9 @@ def measure(name: str, board: str, work: Path) -> dict:
     run_s = time.perf_counter() - t0
     graph = res.graph
     (key, x), = feeds.items()
-    gold = tinyc.reference.run_graph(graph, {graph.inputs[0]: x.reshape(graph.tensor(graph.inputs[0]).shape)})
+    spec = tinyc.targets.host.load_manifest(out)["inputs"][0]
+    x_model = to_model_input(spec, x.reshape(spec["shape"]))
+    gold = tinyc.reference.run_graph(graph, {graph.inputs[0]: x_model})
     got = next(iter(dev.outputs.values()))
     want = np.asarray(next(iter(gold.values()))).reshape(np.shape(got))
     r = res.report

@@ -38,12 +38,17 @@ def load(model: Any, input_shapes: Sequence[str] | Mapping[str, Sequence[int]] |
 def prepare(model: Any, input_shapes: Sequence[str] | Mapping[str, Sequence[int]] | None = None,
             name: str | None = None, io_layout: str = "onnx", bind: Mapping[str, Any] | None = None,
             quantize: str = "auto", calib: Any = None, calib_method: str = "minmax",
-            progress: bool = True) -> tuple[Graph, Any]:
-    """`load`, also returning the QuantizationResult (None for a float graph)."""
+            progress: bool = True, io_dtype: str = "float") -> tuple[Graph, Any]:
+    """`load`, also returning the QuantizationResult (None for a float graph).
+    io_dtype "int8": a quantized model takes and gives int8 on its boundary grids (no float copy
+    of the input in the arena; see quantize.io)."""
     from tinyc.frontend import import_onnx
     from tinyc.passes import run_passes
     from tinyc.passes.qdq import has_int8_annotations
     from tinyc.quantize.flow import QUANTIZE_MODES, quantize_graph
+    from tinyc.quantize.io import IO_DTYPES, make_io_int8
+    if io_dtype not in IO_DTYPES:
+        raise UsageError(f"--io-dtype must be one of {', '.join(IO_DTYPES)}, got {io_dtype!r}")
     if quantize not in QUANTIZE_MODES:
         raise UsageError(f"--quantize must be one of {', '.join(QUANTIZE_MODES)}, got {quantize!r}")
     if calib is not None and quantize == "none":
@@ -58,7 +63,11 @@ def prepare(model: Any, input_shapes: Sequence[str] | Mapping[str, Sequence[int]
                          "input with a leading sample dimension)")
     if quantize == "int8" or (quantize == "auto" and annotated):
         result = quantize_graph(graph, calib, method=calib_method, progress=progress)
+        if io_dtype == "int8":
+            make_io_int8(result.graph)
         return result.graph, result
+    if io_dtype == "int8":
+        raise UsageError("--io-dtype int8 needs an int8 model (--quantize int8 with --calib, or a QDQ model)")
     return graph, None
 
 
@@ -77,13 +86,19 @@ def compile(model: Any, output_dir: str | os.PathLike, target: str = "host",
             name: str | None = None, io_layout: str = "onnx", cflags: str | None = None,
             build: bool = False, bind: Mapping[str, Any] | None = None, quantize: str = "auto",
             calib: Any = None, calib_method: str = "minmax", board: str | None = None,
-            board_dir: str | os.PathLike | None = None, format: str = "project") -> CompileResult:
+            board_dir: str | os.PathLike | None = None, format: str = "project",
+            io_dtype: str = "float", schedules: Mapping[str, Mapping[str, Any]] | None = None,
+            tuning_log: str | os.PathLike | None = None) -> CompileResult:
     """Compile `model` to C in `output_dir` (sources, CMake project, report.json).
     quantize/calib/calib_method: see `load` (int8 post-training quantization).
     board: a board definition (boards/*.toml, or `board_dir`) — writes a firmware project for it
     (format "project": harness, startup, linker script; "library": a static library + CMake target
     + Makefile fragment for an existing firmware build). A model that does not fit the board's
-    flash/RAM is refused with the numbers."""
+    flash/RAM is refused with the numbers.
+    io_dtype: "float" (default) or "int8" — see `prepare`.
+    tuning_log: a `tinyc tune` log; each layer takes the fastest exact schedule the log holds for
+    this target (board) and layer, the default where it has none. schedules: explicit per-layer
+    knob overrides (keyed by node or ONNX node name), applied last."""
     from tinyc.codegen import generate
     from tinyc.targets import host
     from tinyc.targets.boards import load_board
@@ -101,10 +116,20 @@ def compile(model: Any, output_dir: str | os.PathLike, target: str = "host",
     if isinstance(model, Graph):
         graph = model
     else:
-        graph, quant = prepare(model, input_shapes, name, io_layout, bind, quantize, calib, calib_method)
+        graph, quant = prepare(model, input_shapes, name, io_layout, bind, quantize, calib, calib_method,
+                               io_dtype=io_dtype)
     out = Path(output_dir)
     target_name = board_def["name"] if board_def else target
-    gen = generate(graph, prefix=name, target="mcu" if board_def else target)
+    from tinyc.schedule import apply_overrides, board_target, default_schedules
+    sched_target = board_target(board_def) if board_def else target
+    chosen = default_schedules(graph, sched_target)
+    tuned: dict[str, Any] = {}
+    if tuning_log is not None:
+        from tinyc.tune.apply import schedules_from_log
+        tuned = schedules_from_log(graph, tuning_log, target_name, sched_target)
+        chosen = apply_overrides(graph, chosen, tuned)
+    chosen = apply_overrides(graph, chosen, schedules)
+    gen = generate(graph, prefix=name, target=sched_target, schedules=chosen)
     if board_def is None:
         host.write_project(out, gen.files, gen.manifest, cflags if cflags is not None else host.default_cflags())
     elif format == "library":
@@ -117,6 +142,8 @@ def compile(model: Any, output_dir: str | os.PathLike, target: str = "host",
         source = str(Path(model).resolve()) if isinstance(model, (str, os.PathLike)) else None
         save_golden_graph(out, graph, source)
     report = dict(gen.report, target=target_name)
+    if tuning_log is not None:
+        report["tuned_layers"] = sorted(tuned)
     if board_def is not None:
         report.update(board=board_def["name"], format=format)
     if quant is not None:

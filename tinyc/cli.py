@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from tinyc import __version__
@@ -39,7 +41,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     res = compile(args.model, args.output, target=args.target, input_shapes=args.input_shape, name=args.name,
                   io_layout=args.io_layout, cflags=args.cflags, build=args.build, bind=_bindings(args.bind),
                   quantize=args.quantize, calib=args.calib, calib_method=args.calib_method,
-                  board=args.board, board_dir=args.board_dir, format=args.format)
+                  board=args.board, board_dir=args.board_dir, format=args.format, io_dtype=args.io_dtype,
+                  tuning_log=args.tuning_log)
     r = res.report
     print(f"compiled '{r['model']}' for {r['target']}{' (' + args.format + ')' if args.board else ''} "
           f"-> {res.output_dir}")
@@ -151,6 +154,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from tinyc.tune.tuner import result_table, tune
+    res = tune(args.model, board=args.board, trials=args.trials, log=args.log, input_shapes=args.input_shape,
+               io_layout=args.io_layout, quantize=args.quantize, calib=args.calib, calib_method=args.calib_method,
+               io_dtype=args.io_dtype, board_dir=args.board_dir, ram_budget=args.ram_budget, search=args.search,
+               batch_size=args.batch_size, seed=args.seed, repeat=args.repeat, port=args.port, work_dir=args.work_dir)
+    print(result_table(res))
+    if args.json:
+        import dataclasses
+        Path(args.json).write_text(json.dumps({**{k: v for k, v in dataclasses.asdict(res).items() if k != "log"},
+                                               "log": str(res.log), "default_total": res.default_total,
+                                               "tuned_total": res.tuned_total}, indent=2) + "\n")
+    print(f"log: {res.log} (compile with --tuning-log {res.log})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tinyc", description="Compile ONNX models to static C for MCUs and desktops.")
     p.add_argument("--version", action="version", version=f"tinyc {__version__}")
@@ -197,8 +216,37 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--quantize", choices=["auto", "int8", "none"], default="auto",
                     help="int8: post-training quantization (needs --calib); auto (default): QDQ models run in "
                          "int8 with their own scales; none: all float")
+    sp.add_argument("--io-dtype", choices=["float", "int8"], default="float",
+                    help="int8 model's inputs/outputs: float (default; the model quantizes/dequantizes) or int8 "
+                         "(as TFLite Micro's int8 models: no float input copy in the arena; run/validate still "
+                         "take float data and quantize it on the host)")
     calib_args(sp)
+    sp.add_argument("--tuning-log", metavar="LOG.jsonl",
+                    help="use the fastest exact schedule per layer from a `tinyc tune` log for this board/target")
     sp.set_defaults(func=_cmd_compile)
+
+    sp = sub.add_parser("tune", help="search kernel schedules per layer on the board (or host) and log them")
+    model_args(sp)
+    sp.add_argument("--board", help="tune on this board (see `tinyc boards`); default: the host")
+    board_dir_arg(sp)
+    port_arg(sp)
+    sp.add_argument("--quantize", choices=["auto", "int8", "none"], default="auto",
+                    help="as for compile: the model is prepared exactly as `compile` would")
+    sp.add_argument("--io-dtype", choices=["float", "int8"], default="float", help="as for compile")
+    calib_args(sp)
+    sp.add_argument("--trials", type=int, default=64, help="new candidates to measure (default 64; the "
+                    "default schedules are measured on top)")
+    sp.add_argument("--log", default="tune.jsonl", help="tuning log (JSON Lines, appended; resumed from)")
+    sp.add_argument("--search", choices=["model", "random"], default="model",
+                    help="cost-model guided (default) or plain random search")
+    sp.add_argument("--batch-size", type=int, default=16, help="candidates per firmware image (default 16)")
+    sp.add_argument("--ram-budget", type=int, metavar="BYTES",
+                    help="never build candidates whose scratch would push the arena above this")
+    sp.add_argument("--repeat", type=int, help="runs per candidate, median taken (default: 3 on a board, 15 on the host)")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--work-dir", help="keep the candidate firmware projects here (default: a temporary folder)")
+    sp.add_argument("--json", help="write the per-layer results here")
+    sp.set_defaults(func=_cmd_tune)
 
     sp = sub.add_parser("quantize", help="int8-quantize a float model: QDQ ONNX export and accuracy report")
     sp.add_argument("model", help="ONNX model file")

@@ -20,6 +20,7 @@ enum {
     CMD_LAYER_NAME = 0x07,
     CMD_RESET = 0x08,
     CMD_EXIT = 0x09,
+    CMD_RUN_LAYER = 0x0A,
     REPLY_FLAG = 0x80,
     FRAME_ERROR_CMD = 0xFF
 };
@@ -398,6 +399,48 @@ static uint8_t do_profile(const tinyc_harness_model_t *m, uint32_t blen, uint8_t
     return ST_OK;
 }
 
+/* RUN_LAYER: set the inputs (untimed), run one layer `repeat` times timing each run, then copy
+ * the outputs (untimed) so READ_OUTPUT shows that layer's result. The tuner's measurement: in a
+ * candidate firmware every "layer" is one candidate schedule of the same kernel. */
+static uint8_t do_run_layer(const tinyc_harness_model_t *m, const uint8_t *body, uint32_t blen,
+                            uint8_t *out, uint32_t *len, uint32_t *detail)
+{
+    uint32_t index;
+    uint32_t repeat;
+    uint32_t r;
+    if (blen != 8u) {
+        return ST_BAD_LENGTH;
+    }
+    if (m->set_inputs == 0 || m->run_layer == 0 || m->get_outputs == 0) {
+        return ST_UNSUPPORTED;
+    }
+    index = get32(body);
+    repeat = get32(body + 4);
+    if (index >= m->num_layers) {
+        *detail = m->num_layers;
+        return ST_BAD_RANGE;
+    }
+    if (repeat == 0u || repeat > (MAX_PAYLOAD - 5u) / 4u) {
+        *detail = (MAX_PAYLOAD - 5u) / 4u;
+        return ST_BAD_ARG;
+    }
+    m->set_inputs();
+    for (r = 0; r < repeat; ++r) {
+        uint64_t t0 = tinyc_port_cycles();
+        int status = m->run_layer((int32_t)index);
+        uint64_t t1 = tinyc_port_cycles();
+        if (status != 0) {
+            *detail = (uint32_t)status;
+            return ST_MODEL_ERROR;
+        }
+        put32(out + 4u + 4u * r, saturate32(t1 - t0));
+    }
+    m->get_outputs();
+    put32(out, repeat);
+    *len = 4u + 4u * repeat;
+    return ST_OK;
+}
+
 static uint8_t do_profile_read(const tinyc_harness_model_t *m, const uint8_t *body, uint32_t blen,
                                uint8_t *out, uint32_t *len, uint32_t *detail)
 {
@@ -525,6 +568,7 @@ static int handle_frame(const tinyc_harness_model_t *m, int *exit_code)
         case CMD_PROFILE: st = do_profile(m, blen, out, &len, &detail); break;
         case CMD_PROFILE_READ: st = do_profile_read(m, body, blen, out, &len, &detail); break;
         case CMD_LAYER_NAME: st = do_layer_name(m, body, blen, out, &len, &detail); break;
+        case CMD_RUN_LAYER: st = do_run_layer(m, body, blen, out, &len, &detail); break;
         case CMD_RESET: st = do_reset(m, blen); break;
         case CMD_EXIT:
             if (blen != 4u) {

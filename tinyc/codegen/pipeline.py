@@ -8,6 +8,7 @@ from tinyc.codegen.emitter import c_identifier, generate_c
 from tinyc.ir import Graph
 from tinyc.memory import MemoryLayout, check_plan, plan_graph_memory
 from tinyc.ops import get_op
+from tinyc.quantize.io import io_quant
 from tinyc.schedule import default_schedules
 
 
@@ -30,14 +31,23 @@ def generate(graph: Graph, prefix: str | None = None, target: str = "host",
     render = _render_context(graph, gen, prefix)
     manifest = {
         "prefix": prefix, "model": graph.name, "target": target,
-        "inputs": [{"name": n, "shape": list(graph.tensor(n).shape), "dtype": graph.tensor(n).dtype,
-                    "layout": graph.io_layout.get(n, "")} for n in graph.inputs],
-        "outputs": [{"name": pub, "shape": list(graph.tensor(n).shape), "dtype": graph.tensor(n).dtype,
-                     "layout": graph.io_layout.get(pub, "")} for pub, n in graph.public_outputs()],
+        "inputs": [_io_spec(graph, n, n) for n in graph.inputs],
+        "outputs": [_io_spec(graph, pub, n) for pub, n in graph.public_outputs()],
         "render": render,
     }
     report = build_report(graph, layout, gen, schedules, prefix)
     return GeneratedProject(gen.files, manifest, report, layout, schedules)
+
+
+def _io_spec(graph: Graph, public: str, internal: str) -> dict[str, Any]:
+    """One model input/output as the runners see it; an int8 one carries its grid (quantize.io)."""
+    t = graph.tensor(internal)
+    spec: dict[str, Any] = {"name": public, "shape": list(t.shape), "dtype": t.dtype,
+                            "layout": graph.io_layout.get(public, "")}
+    grid = io_quant(t)
+    if grid is not None:
+        spec["quant"] = grid
+    return spec
 
 
 def _render_context(graph: Graph, gen: Any, prefix: str) -> dict[str, Any]:

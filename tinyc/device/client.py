@@ -99,15 +99,34 @@ class HarnessClient:
         ticks, _ = self._parse("RUN", reply.body, P.RUN_REPLY.unpack_from)
         return int(ticks)
 
-    def read_output(self) -> bytes:
-        """All model outputs of the last run (concatenated raw little-endian bytes)."""
+    def run_layer(self, index: int, repeat: int = 1, timeout: float | None = None) -> list[int]:
+        """Run layer `index` alone `repeat` times on the written inputs (untimed set-up and output
+        copy around it); the ticks of each run. READ_OUTPUT then shows that layer's outputs."""
+        info = self._ensure_hello()
+        limit = (self.max_payload - 5) // 4
+        if not 0 <= index < info["num_layers"]:
+            raise UsageError(f"layer index {index} out of range (the firmware has {info['num_layers']} layers)")
+        if not 1 <= repeat <= limit:
+            raise UsageError(f"repeat must be between 1 and {limit}, got {repeat}")
+        reply = self._transact(P.Cmd.RUN_LAYER, P.run_layer_request(index, repeat), timeout or self.run_timeout)
+        body = reply.body
+        if len(body) < 4 or len(body) != 4 + 4 * struct.unpack_from("<I", body)[0]:
+            raise DeviceError(self._message("RUN_LAYER", f"malformed reply of {len(body)} bytes", reply.payload))
+        count = struct.unpack_from("<I", body)[0]
+        return list(struct.unpack_from(f"<{count}I", body, 4))
+
+    def read_output(self, offset: int = 0, length: int | None = None) -> bytes:
+        """Model outputs of the last run (concatenated raw little-endian bytes): all of them, or
+        `length` bytes from `offset` (the tuner reads one candidate's output this way)."""
         info = self._ensure_hello()
         out = bytearray()
         chunk = self.max_payload - 1
-        total = info["output_bytes"]
+        total = info["output_bytes"] - offset if length is None else length
+        if offset < 0 or total < 0 or offset + total > info["output_bytes"]:
+            raise UsageError(f"output range {offset}+{total} outside the {info['output_bytes']} output bytes")
         while len(out) < total:
             n = min(chunk, total - len(out))
-            reply = self._transact(P.Cmd.READ_OUTPUT, P.read_output_request(len(out), n))
+            reply = self._transact(P.Cmd.READ_OUTPUT, P.read_output_request(offset + len(out), n))
             if len(reply.body) != n:
                 raise DeviceError(self._message("READ_OUTPUT", f"asked for {n} bytes, got {len(reply.body)}",
                                                 reply.payload))

@@ -35,6 +35,7 @@ class Cmd(IntEnum):
     LAYER_NAME = 0x07
     RESET = 0x08
     EXIT = 0x09
+    RUN_LAYER = 0x0A
 
 
 class Status(IntEnum):
@@ -217,6 +218,10 @@ def write_input_request(offset: int, data: bytes) -> bytes:
 
 def run_request(repeat: int) -> bytes:
     return struct.pack("<I", repeat)
+
+
+def run_layer_request(index: int, repeat: int) -> bytes:
+    return struct.pack("<II", index, repeat)
 
 
 def read_output_request(offset: int, length: int) -> bytes:

@@ -23,6 +23,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from tinyc.errors import DeviceError, RunError, UsageError
+from tinyc.quantize.io import to_float_output, to_model_input
 
 #: What `validate` compares against: the graph the firmware was generated from (for the golden model).
 GOLDEN_GRAPH = "golden_graph.pkl"
@@ -147,7 +148,8 @@ def pack_inputs(manifest: Mapping[str, Any], feeds: Mapping[str, np.ndarray]) ->
         arr = np.asarray(feeds[spec["name"]])
         if list(arr.shape) != list(spec["shape"]):
             raise UsageError(f"input '{spec['name']}' has shape {list(arr.shape)}, the model takes {spec['shape']}")
-        parts.append(np.ascontiguousarray(arr.astype(np.dtype(spec["dtype"]).newbyteorder("<"), copy=False)).tobytes())
+        arr = to_model_input(spec, arr)
+        parts.append(np.ascontiguousarray(arr.astype(arr.dtype.newbyteorder("<"), copy=False)).tobytes())
     return b"".join(parts)
 
 
@@ -297,7 +299,7 @@ def validate_on_device(project_dir: str | os.PathLike, data: Mapping[str, np.nda
     dev = run_on_device(out, feeds, port, **connect_options)
     gold: dict[str, list[np.ndarray]] = {o["name"]: [] for o in manifest["outputs"]}
     for k in range(n):
-        one = {s["name"]: sample(feeds[s["name"]], s["shape"], mode, k) for s in manifest["inputs"]}
+        one = {s["name"]: to_model_input(s, sample(feeds[s["name"]], s["shape"], mode, k)) for s in manifest["inputs"]}
         res = tinyc.reference.run_graph(graph, one)
         for o in manifest["outputs"]:
             gold[o["name"]].append(np.asarray(res[o["name"]]).reshape(o["shape"]))
@@ -318,7 +320,8 @@ def validate_on_device(project_dir: str | os.PathLike, data: Mapping[str, np.nda
         ok &= entry["golden_ok"]
         if ort is not None and name in ort:
             r = np.asarray(ort[name], np.float64).reshape(d.shape)
-            entry["max_abs_diff_vs_onnxruntime"] = float(np.max(np.abs(d.astype(np.float64) - r))) if d.size else 0.0
+            real = to_float_output(o, d).astype(np.float64) if np.asarray(ort[name]).dtype.kind == "f" else d
+            entry["max_abs_diff_vs_onnxruntime"] = float(np.max(np.abs(real - r))) if d.size else 0.0
             if d.ndim >= 2 and d.shape[-1] > 1:
                 entry["top1_agreement_vs_onnxruntime"] = float(np.mean(d.argmax(-1) == r.argmax(-1)))
         if labels is not None and d.ndim >= 2 and d.shape[-1] > 1:
@@ -349,10 +352,19 @@ def _onnxruntime_outputs(source: str, feeds: Mapping[str, np.ndarray], manifest:
     names = [o.name for o in sess.get_outputs()]
     res: dict[str, list[np.ndarray]] = {k: [] for k in names}
     for k in range(n):
-        one = {s["name"]: sample(feeds[s["name"]], s["shape"], mode, k).astype(s["dtype"]) for s in manifest["inputs"]}
+        one = {s["name"]: _ort_input(s, sample(feeds[s["name"]], s["shape"], mode, k)) for s in manifest["inputs"]}
         for name, v in zip(names, sess.run(None, one)):
             res[name].append(np.asarray(v))
     return stack_outputs(res, mode)
+
+
+def _ort_input(spec: Mapping[str, Any], value: np.ndarray) -> np.ndarray:
+    """The source model's view of an input: an int8-I/O model's float data stays float (its ONNX
+    input is float); otherwise the manifest dtype."""
+    arr = np.asarray(value)
+    if spec.get("quant") is not None and arr.dtype.kind == "f":
+        return arr.astype(np.float32)
+    return arr.astype(spec["dtype"])
 
 
 def validation_table(v: Mapping[str, Any]) -> str:

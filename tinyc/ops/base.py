@@ -67,6 +67,17 @@ class OpDef:
         """Schedule knobs and their legal values (what a tuner may vary)."""
         return {}
 
+    def knob_isa(self, knob: str, value: Any) -> str | None:
+        """The ISA extension ("dsp", "mve") a knob value's code needs, None when portable. The
+        kernels stay exact everywhere (off-target the intrinsics are emulated in C), but defaults
+        and search spaces only pick what the target's core has (tinyc.schedule.knob_allowed)."""
+        return None
+
+    def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+        """The schedule with knobs its variant ignores removed, so a tuner never measures the same
+        code twice under two names. Default: every knob matters."""
+        return dict(schedule)
+
     def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
         """A simple rule picking knob values from shapes (the untuned schedule)."""
         return {k: v[0] for k, v in self.knobs(node, graph).items()}

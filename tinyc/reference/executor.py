@@ -14,8 +14,9 @@ from tinyc.ops import get_op
 
 
 def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray], keep_all: bool = False) -> dict[str, np.ndarray]:
-    """Execute `graph` on `feeds` (one inference, exact input shapes). Returns the graph outputs,
-    or every tensor when `keep_all` is set."""
+    """Execute `graph` on `feeds` (one inference, exact input shapes). Returns the graph outputs
+    under their internal names and, where passes renamed them, also under the model's public names
+    (what the manifest and the runners use); every tensor when `keep_all` is set."""
     env: dict[str, np.ndarray] = {}
     for name in graph.inputs:
         if name not in feeds:
@@ -38,4 +39,7 @@ def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray], keep_all: bool = Fa
                 env[name] = np.asarray(value).astype(t.dtype, copy=False).reshape(t.shape)
     if keep_all:
         return env
-    return {o: env[o] for o in graph.outputs}
+    result = {o: env[o] for o in graph.outputs}
+    for public, internal in graph.public_outputs():
+        result.setdefault(public, env[internal])
+    return result

@@ -1,17 +1,41 @@
-"""Schedules: the knob values that say *how* each kernel runs (tiles, unroll, loop order).
+"""Schedules: the knob values that say *how* each kernel runs (tiles, unroll, loop order, SIMD form).
 
-Today every layer gets its op's default heuristic; a tuning log will override them later.
+Every layer gets its op's default heuristic for the target; a tuning log (tinyc.tune) or explicit
+overrides replace it per layer. A target is a string: "host", or "mcu" followed by the ISA
+extensions of the board's core ("mcu+dsp", "mcu+dsp+mve"), so that defaults and search spaces
+only use instructions the core has.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
+from tinyc.errors import UsageError
 from tinyc.ir import Graph
 from tinyc.ops import get_op
 
+#: ISA extensions a knob value may need; a core has a subset (boards' [cpu] dsp / mve).
+ISA_EXTENSIONS = ("dsp", "mve")
+
+
+def isa_of(target: str) -> frozenset[str]:
+    """The ISA extensions named in a target string ("mcu+dsp+mve" -> {"dsp", "mve"})."""
+    return frozenset(part for part in target.split("+")[1:] if part)
+
+
+def board_target(board: Mapping[str, Any]) -> str:
+    """The schedule target of a board definition: "mcu" plus the extensions its core has."""
+    cpu = board.get("cpu", {})
+    return "+".join(["mcu"] + [ext for ext in ISA_EXTENSIONS if cpu.get(ext)])
+
+
+def knob_allowed(opdef: Any, knob: str, value: Any, target: str) -> bool:
+    """Whether a knob value's ISA needs (``OpDef.knob_isa``) are met by the target."""
+    need = opdef.knob_isa(knob, value)
+    return need is None or need in isa_of(target)
+
 
 def default_schedules(graph: Graph, target: str = "host") -> dict[str, dict[str, Any]]:
-    """The untuned schedule per node: a pure function of shapes (like CMSIS-NN's variant choice)."""
+    """The untuned schedule per node: a pure function of shapes and target (like CMSIS-NN's variant choice)."""
     result: dict[str, dict[str, Any]] = {}
     for node in graph.nodes:
         opdef = get_op(node.op)
@@ -20,5 +44,30 @@ def default_schedules(graph: Graph, target: str = "host") -> dict[str, dict[str,
         for k, v in sched.items():
             if k in knobs and v not in knobs[k]:
                 raise ValueError(f"default schedule of {node.op} sets {k}={v}, not among {knobs[k]}")
+            if k in knobs and not knob_allowed(opdef, k, v, target):
+                raise ValueError(f"default schedule of {node.op} sets {k}={v}, which {target} cannot run")
         result[node.name] = sched
+    return result
+
+
+def apply_overrides(graph: Graph, schedules: dict[str, dict[str, Any]],
+                    overrides: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    """Merge per-layer overrides (keyed by tinyc node name or ONNX node name) over `schedules`,
+    checking each knob value against the op's legal values so a bad override is a clear error."""
+    if not overrides:
+        return schedules
+    by_source = {n.source: n for n in graph.nodes if n.source}
+    by_name = {n.name: n for n in graph.nodes}
+    result = {k: dict(v) for k, v in schedules.items()}
+    for key, knobs in overrides.items():
+        node = by_name.get(key) or by_source.get(key)
+        if node is None:
+            raise UsageError(f"schedule for unknown layer '{key}'")
+        legal = get_op(node.op).knobs(node, graph)
+        for k, v in knobs.items():
+            if k not in legal:
+                raise UsageError(f"layer '{key}' ({node.op}) has no knob '{k}' (knobs: {', '.join(legal) or 'none'})")
+            if v not in legal[k]:
+                raise UsageError(f"layer '{key}' ({node.op}): {k}={v!r} is not among {legal[k]}")
+        result[node.name] = {**result.get(node.name, {}), **dict(knobs)}
     return result

@@ -15,6 +15,7 @@ import numpy as np
 
 from tinyc import __version__
 from tinyc.errors import BuildError, RunError
+from tinyc.quantize.io import to_model_input
 from tinyc.resources import runtime_dir, templates_dir
 
 
@@ -117,7 +118,7 @@ class HostModel:
         args, outs = [], {}
         keep = []
         for spec in self.inputs:
-            arr = np.ascontiguousarray(np.asarray(feeds[spec["name"]]).astype(spec["dtype"], copy=False))
+            arr = np.ascontiguousarray(to_model_input(spec, feeds[spec["name"]]))
             keep.append(arr)
             args.append(arr.ctypes.data_as(ctypes.c_void_p))
         for spec in self.outputs:
