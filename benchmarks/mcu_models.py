@@ -55,16 +55,16 @@ def model_and_data(name: str, work: Path) -> tuple[Path, dict, dict]:
     return MLPERF_DIR / name / "model_int8_qdq.onnx", {"io_dtype": "int8"}, {"x": x}
 
 
-def measure(name: str, board: str, work: Path) -> dict:
+def measure(name: str, board: str, work: Path, tuning_log: Path | None = None) -> dict:
     import tinyc
     import tinyc.reference
     import tinyc.targets.host
     from tinyc.device.runner import run_on_device
     from tinyc.quantize.io import to_model_input
     model, opts, feeds = model_and_data(name, work)
-    out = work / f"{name}_{board}"
+    out = work / f"{name}_{board}{'_tuned' if tuning_log else ''}"
     t0 = time.perf_counter()
-    res = tinyc.compile(model, out, board=board, build=True, **opts)
+    res = tinyc.compile(model, out, board=board, build=True, tuning_log=tuning_log, **opts)
     build_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     dev = run_on_device(out, feeds, progress=False)
@@ -78,7 +78,8 @@ def measure(name: str, board: str, work: Path) -> dict:
     want = np.asarray(next(iter(gold.values()))).reshape(np.shape(got))
     r = res.report
     instr = dev.per_inference
-    row = {"model": name, "board": board, "instructions": round(instr), "macs": r["macs"],
+    row = {"model": name, "board": board, "schedule": "tuned" if tuning_log else "default",
+           "instructions": round(instr), "macs": r["macs"],
            "macs_per_instruction": r["macs"] / instr if instr else 0.0, "arena_bytes": r["arena_bytes"],
            "flash_bytes": r["flash_bytes"], "ram_bytes": r["ram_bytes"], "stack_bytes": r["stack_bytes"],
            "weights_bytes": r["weights_bytes"], "bit_exact_vs_golden": bool(np.array_equal(got, want)),
@@ -93,13 +94,13 @@ def measure(name: str, board: str, work: Path) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    head = (f"{'model':<28} {'board':<11} {'instr':>12} {'MAC/instr':>9} {'arena':>9} {'flash':>9} {'stack':>6} "
+    head = (f"{'model':<28} {'board':<11} {'sched':<7} {'instr':>12} {'MAC/instr':>9} {'arena':>9} {'flash':>9} {'stack':>6} "
             f"{'exact':>5} {'instr/TFLM':>10} {'arena/TFLM':>10} {'flash/TFLM':>10}")
     lines = [head, "-" * len(head)]
     for r in rows:
         def ratio(k: str) -> str:
             return f"{r[k]:.2f}" if k in r else "-"
-        lines.append(f"{r['model']:<28} {r['board']:<11} {r['instructions']:>12,} {r['macs_per_instruction']:>9.3f} "
+        lines.append(f"{r['model']:<28} {r['board']:<11} {r.get('schedule', 'default'):<7} {r['instructions']:>12,} {r['macs_per_instruction']:>9.3f} "
                      f"{r['arena_bytes']:>9,} {r['flash_bytes']:>9,} {r['stack_bytes']:>6,} "
                      f"{'yes' if r['bit_exact_vs_golden'] else 'NO':>5} {ratio('instructions_ratio_vs_tflm_cmsis'):>10} "
                      f"{ratio('arena_ratio_vs_tflm'):>10} {ratio('flash_ratio_vs_tflm'):>10}")
@@ -114,6 +115,8 @@ def main() -> int:
     ap.add_argument("--boards", nargs="+", default=list(BOARDS), choices=BOARDS)
     ap.add_argument("--work", default=str(HERE / "results" / "build_mcu"))
     ap.add_argument("--json", default=str(OUT))
+    ap.add_argument("--tuning-logs", help="also compile with <dir>/<model>_<board>_model.jsonl (benchmarks/tuning.py) "
+                                          "where it exists: the tuned rows")
     args = ap.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -122,6 +125,9 @@ def main() -> int:
     for name in args.models:
         for board in tqdm(args.boards, desc=name, leave=False):
             rows.append(measure(name, board, work))
+            log = Path(args.tuning_logs) / f"{name}_{board}_model.jsonl" if args.tuning_logs else None
+            if log is not None and log.exists():
+                rows.append(measure(name, board, work, log))
     print(table(rows))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"rows": rows, "tflm_m4": TFLM_M4}, indent=2) + "\n")

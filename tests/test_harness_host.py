@@ -336,3 +336,31 @@ def test_write_input_length_check_names_the_port(built):
     with dev, c:
         with pytest.raises(UsageError, match=r"socket://127\.0\.0\.1:\d+ takes 412 input bytes"):
             c.write_input(b"\x00" * 5)
+
+
+def test_run_layer_times_one_layer_and_exposes_its_outputs(built):
+    """RUN_LAYER: set_inputs, the layer `repeat` times (each timed), get_outputs. On the mlp model
+    (two layers) running every layer in order gives the RUN output; out-of-range requests are
+    refused with the limits, and a ranged READ_OUTPUT returns exactly that slice."""
+    project, exe = built["mlp"]
+    x = np.random.default_rng(9).standard_normal(16).astype(np.float32)
+    dev, c = session(exe)
+    with dev, c:
+        n = c.hello()["num_layers"]
+        c.write_input(x.tobytes())
+        c.run()
+        want = c.read_output()
+        c.reset()
+        c.write_input(x.tobytes())
+        ticks = c.run_layer(0, repeat=5)
+        assert len(ticks) == 5 and all(t >= 0 for t in ticks)
+        ticks = c.run_layer(n - 1, repeat=3)   # layer 1 reads what layer 0 left in the arena
+        assert len(ticks) == 3
+        assert c.read_output() == want
+        assert c.read_output(4, 8) == want[4:12]
+        with pytest.raises(UsageError, match="layer index 2 out of range"):
+            c.run_layer(n, 1)
+        with pytest.raises(UsageError, match="repeat must be between 1 and 62"):
+            c.run_layer(0, 63)
+        with pytest.raises(UsageError, match="outside the 16 output bytes"):
+            c.read_output(8, 12)

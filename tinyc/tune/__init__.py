@@ -1,0 +1,1 @@
+"""Autotuning: search kernel schedules per layer, measure them, and learn which are fast."""

@@ -1,0 +1,36 @@
+"""Using a tuning log at compile time: each layer takes the fastest exact schedule measured for
+its task on this board (or host), the default where the log has none."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tinyc.ir import Graph
+from tinyc.ops import get_op
+from tinyc.schedule import knob_allowed
+
+
+def schedules_from_log(graph: Graph, log_path: str | os.PathLike, board: str, target: str) -> dict[str, dict[str, Any]]:
+    """{node name: knobs} for every layer whose task has an "ok" record for `board` in the log.
+    Records whose knobs this tinyc cannot apply (an older log, another ISA) are ignored."""
+    from tinyc.errors import UsageError
+    from tinyc.tune.log import TuningLog
+    from tinyc.tune.tasks import task_key
+    if not os.path.isfile(log_path):
+        raise UsageError(f"tuning log {log_path} does not exist")
+    log = TuningLog(log_path)
+    chosen: dict[str, dict[str, Any]] = {}
+    for node in graph.nodes:
+        opdef = get_op(node.op)
+        if opdef.alias:
+            continue
+        legal = opdef.knobs(node, graph)
+        if not legal:
+            continue
+        best = log.best(board, task_key(node, graph))
+        if best is None:
+            continue
+        knobs = {k: v for k, v in best["knobs"].items() if not k.startswith("_")}
+        if all(k in legal and v in legal[k] and knob_allowed(opdef, k, v, target) for k, v in knobs.items()):
+            chosen[node.name] = knobs
+    return chosen

@@ -1,0 +1,252 @@
+"""Measuring a batch of candidates: on a board through the serial harness, or on the host.
+
+Each candidate: its layer's real inputs are written, the candidate runs alone `repeat` times
+(the median count is its cost), its output is read back and compared with the golden model.
+A wrong output is recorded as "wrong", never as fast. A candidate that faults or hangs ends the
+device session (fault report over the link, or the host's timeout): the board is restarted
+(emulator) or reflashed, and the batch goes on with the next candidate. The host runner does the
+same with a child process, so a crashing kernel cannot take the tuner down.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import statistics
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from tinyc.errors import BuildError, DeviceError
+from tinyc.tune.bench import Batch, Candidate, write_board_batch, write_host_batch
+
+
+@dataclass
+class Measurement:
+    candidate: Candidate
+    status: str                      # ok | wrong | crash | timeout | build_error
+    cycles: float | None = None      # median, in `units`
+    repeats: list[float] = field(default_factory=list)
+    detail: str = ""
+
+
+OnResult = Callable[[Measurement], None]
+
+
+def _check(batch: Batch, j: int, data: bytes) -> str | None:
+    """None when candidate j's output bytes equal the golden outputs, else what differs."""
+    for (off, n, dtype, shape), want in zip(batch.output_slices[j], batch.expected[j]):
+        got = np.frombuffer(data[off - batch.output_slices[j][0][0]:][:n], dtype=np.dtype(dtype).newbyteorder("<"))
+        got = got.astype(np.dtype(dtype)).reshape(shape)
+        if not np.array_equal(got, want):
+            bad = int(np.count_nonzero(got != want))
+            diff = int(np.max(np.abs(got.astype(np.int64) - want.astype(np.int64)))) if got.dtype.kind in "iu" else \
+                float(np.max(np.abs(got - want)))
+            return f"{bad} of {got.size} output values differ from the golden model (max |diff| {diff})"
+    return None
+
+
+def _span(batch: Batch, j: int) -> tuple[int, int]:
+    first, last = batch.output_slices[j][0], batch.output_slices[j][-1]
+    return first[0], last[0] + last[1] - first[0]
+
+
+def _failure_kind(exc: Exception) -> str:
+    text = str(exc).lower()
+    return "timeout" if ("timed out" in text or "timeout" in text or "no reply" in text) else "crash"
+
+
+class _Restart(Exception):
+    """A candidate ended the device session: start a fresh one for the rest of the batch."""
+
+
+class BoardMeasurer:
+    """Candidates on a board (emulated or real) over the serial harness."""
+
+    def __init__(self, board: Mapping[str, Any], target: str, work_dir: Path, repeat: int = 3,
+                 run_timeout: float = 10.0, port: str | None = None) -> None:
+        from tinyc.device.runner import counter_units
+        self.board, self.target, self.work_dir = dict(board), target, Path(work_dir)
+        self.repeat, self.run_timeout, self.port = repeat, run_timeout, port
+        self.units = counter_units(self.board).name
+        self.builds = 0
+
+    def prepare(self, batch: Batch, name: str) -> Path:
+        """Write and cross-compile the batch firmware (BuildError when it does not build or fit)."""
+        from tinyc.targets.board import build_board_project
+        out = self.work_dir / name
+        write_board_batch(batch, out, self.board, self.target)
+        build_board_project(out, progress=False)
+        self.builds += 1
+        return out
+
+    def measure(self, batch: Batch, project: Path, on_result: OnResult) -> list[Measurement]:
+        from tinyc.device.runner import connect, pack_inputs, _project
+        _, manifest, _ = _project(project)
+        payload = pack_inputs(manifest, {s["name"]: batch.inputs[s["name"]] for s in manifest["inputs"]})
+        pending = list(range(len(batch.candidates)))
+        results: list[Measurement] = []
+        failed_sessions = 0
+
+        def done(m: Measurement) -> None:
+            results.append(m)
+            on_result(m)
+
+        while pending:
+            try:
+                with connect(project, self.port, run_timeout=self.run_timeout, progress=False) as dev:
+                    failed_sessions = 0
+                    dev.client.write_input(payload)
+                    while pending:
+                        j = pending[0]
+                        cand = batch.candidates[j]
+                        try:
+                            ticks = dev.client.run_layer(j, self.repeat)
+                            off, n = _span(batch, j)
+                            data = dev.client.read_output(off, n)
+                        except DeviceError as exc:
+                            pending.pop(0)
+                            done(Measurement(cand, _failure_kind(exc), detail=str(exc).splitlines()[0][:300]))
+                            raise _Restart() from None
+                        pending.pop(0)
+                        counts = [dev.units.convert(t) for t in ticks]
+                        wrong = _check(batch, j, data)
+                        done(Measurement(cand, "wrong" if wrong else "ok", statistics.median(counts), counts,
+                                         wrong or ""))
+            except _Restart:
+                continue
+            except DeviceError as exc:
+                failed_sessions += 1
+                if failed_sessions >= 2:   # the firmware itself cannot start: the rest of the batch fails
+                    for j in pending:
+                        done(Measurement(batch.candidates[j], "crash", detail=f"session failed: {exc}"[:300]))
+                    pending = []
+        return results
+
+
+_HOST_WORKER = r"""
+import ctypes, json, statistics, sys, time
+import numpy as np
+lib = ctypes.CDLL(sys.argv[1])
+spec = json.loads(sys.stdin.readline())
+ins = [np.ascontiguousarray(np.frombuffer(bytes.fromhex(h), dtype=d)) for h, d in spec["inputs"]]
+outs = [np.zeros(n, dtype=np.uint8) for n in spec["output_bytes"]]
+lib.tune_set_inputs(*[a.ctypes.data_as(ctypes.c_void_p) for a in ins])
+for j in spec["candidates"]:
+    run = lib.tune_run_layer
+    for _ in range(spec["warmup"]):
+        run(j)
+    times = []
+    for _ in range(spec["repeat"]):
+        t0 = time.perf_counter_ns(); run(j); times.append(time.perf_counter_ns() - t0)
+    lib.tune_get_outputs(*[a.ctypes.data_as(ctypes.c_void_p) for a in outs])
+    print(json.dumps({"j": j, "ns": times, "out": [o.tobytes().hex() for o in outs[spec["first"][j]:spec["last"][j]]]}), flush=True)
+"""
+
+
+class HostMeasurer:
+    """Candidates as a host shared library, timed in a child process (median of `repeat` runs)."""
+
+    def __init__(self, work_dir: Path, repeat: int = 15, warmup: int = 2, cflags: str | None = None,
+                 timeout: float = 60.0) -> None:
+        self.work_dir, self.repeat, self.warmup, self.cflags, self.timeout = Path(work_dir), repeat, warmup, cflags, timeout
+        self.units = "ns"
+        self.target = "host"
+        self.board = {"name": "host", "cpu": {"core": "host"}}
+        self.builds = 0
+
+    def prepare(self, batch: Batch, name: str) -> Path:
+        from tinyc.targets import host
+        out = self.work_dir / name
+        write_host_batch(batch, out, self.cflags)
+        host.build(out)
+        self.builds += 1
+        return out
+
+    def measure(self, batch: Batch, project: Path, on_result: OnResult) -> list[Measurement]:
+        from tinyc.targets import host
+        manifest = host.load_manifest(project)
+        lib = host.library_path(project, manifest)
+        inputs = [(np.ascontiguousarray(batch.inputs[s["name"]]).tobytes().hex(), s["dtype"]) for s in manifest["inputs"]]
+        sizes = [int(np.prod(s["shape"], dtype=np.int64)) * np.dtype(s["dtype"]).itemsize for s in manifest["outputs"]]
+        counts = [len(sl) for sl in batch.output_slices]
+        first = [sum(counts[:j]) for j in range(len(counts))]
+        pending = list(range(len(batch.candidates)))
+        results: list[Measurement] = []
+        while pending:
+            spec = {"inputs": inputs, "output_bytes": sizes, "candidates": pending, "repeat": self.repeat,
+                    "warmup": self.warmup, "first": first, "last": [f + c for f, c in zip(first, counts)]}
+            seen, timed_out = self._run_child(lib, spec, batch, results, on_result)
+            pending = pending[seen:]
+            if pending and not timed_out:   # the child died inside pending[0]
+                j = pending.pop(0)
+                m = Measurement(batch.candidates[j], "crash", detail="the host process running it died")
+                results.append(m)
+                on_result(m)
+        return results
+
+    def _run_child(self, lib: Path, spec: dict[str, Any], batch: Batch, results: list[Measurement],
+                   on_result: OnResult) -> tuple[int, bool]:
+        env = dict(os.environ)
+        proc = subprocess.Popen([sys.executable, "-c", _HOST_WORKER, str(lib)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(spec) + "\n")
+        proc.stdin.close()
+        seen = 0
+        timed_out = False
+        lines: "queue.Queue[str | None]" = queue.Queue()
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for text in proc.stdout:
+                lines.put(text)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        try:
+            while True:
+                try:
+                    line = lines.get(timeout=self.timeout)
+                except queue.Empty:       # a hung candidate: no result within the timeout
+                    proc.kill()
+                    j = spec["candidates"][seen]
+                    m = Measurement(batch.candidates[j], "timeout", detail=f"no result within {self.timeout:.0f} s")
+                    results.append(m)
+                    on_result(m)
+                    seen += 1
+                    timed_out = True
+                    break
+                if line is None:
+                    break
+                rec = json.loads(line)
+                j = rec["j"]
+                data = b"".join(bytes.fromhex(h) for h in rec["out"])
+                wrong = _check(batch, j, data) if data else "no output"
+                m = Measurement(batch.candidates[j], "wrong" if wrong else "ok", float(statistics.median(rec["ns"])),
+                                [float(t) for t in rec["ns"]], wrong or "")
+                results.append(m)
+                on_result(m)
+                seen += 1
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        return seen, timed_out
+
+
+def make_measurer(board: Mapping[str, Any] | None, target: str, work_dir: Path, **options: Any) -> Any:
+    """The measurer for a board (serial harness) or the host (board None)."""
+    if board is None:
+        keep = {k: v for k, v in options.items() if k in ("repeat", "cflags")}
+        return HostMeasurer(work_dir, **keep)
+    keep = {k: v for k, v in options.items() if k in ("repeat", "run_timeout", "port")}
+    return BoardMeasurer(board, target, work_dir, **keep)
+
+
+__all__ = ["BoardMeasurer", "HostMeasurer", "Measurement", "make_measurer", "BuildError"]

@@ -1,0 +1,135 @@
+"""Tuning tasks: the unique tunable layers of a graph and the legal schedules of each.
+
+A task is keyed by what decides a kernel's speed and code: op, operand shapes and dtypes, the
+node's attributes (strides, pads, groups, quantization multipliers/shifts and zero points) and
+the knob values the op offers for it (which depend on the weights: e.g. the int16 pair form is
+only offered when exact). Identical layers share a task, so they are measured once.
+
+The space is every combination of the op's knob values that the target's ISA can run
+(``OpDef.knob_isa``), canonicalised (``OpDef.canonical_schedule`` drops knobs a variant ignores)
+and without candidates whose scratch would push the arena over the RAM budget: those are never built.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from tinyc.ir import Graph, Node
+from tinyc.ops import get_op
+from tinyc.schedule import knob_allowed
+
+
+@dataclass
+class Task:
+    """One unique tunable layer."""
+
+    key: str
+    op: str
+    nodes: list[str]                      # tinyc node names sharing this key (first is measured)
+    sources: list[str]                    # their ONNX node names, for tables
+    info: dict[str, Any]                  # op, macs, dims, in/out/weight bytes: cost-model features
+    space: list[dict[str, Any]]
+    default: dict[str, Any]
+    dropped_for_memory: int = 0
+    scratch: dict[str, int] = field(default_factory=dict)   # knobs_id -> scratch bytes
+
+    @property
+    def count(self) -> int:
+        return len(self.nodes)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (np.integer, np.floating)):
+        return value.item()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in sorted(value.items())}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def task_key(node: Node, graph: Graph) -> str:
+    """Readable op + output shape, then a digest of everything that makes the kernel differ."""
+    opdef = get_op(node.op)
+    operands = [(graph.tensor(i).shape, graph.tensor(i).dtype) if i else None for i in node.inputs]
+    results = [(graph.tensor(o).shape, graph.tensor(o).dtype) for o in node.outputs if o]
+    body = {"op": node.op, "in": operands, "out": results, "attrs": node.attrs, "knobs": opdef.knobs(node, graph)}
+    digest = hashlib.sha256(json.dumps(_jsonable(body), sort_keys=True, default=str).encode()).hexdigest()[:16]
+    out_shape = "x".join(str(d) for d in graph.tensor(node.outputs[0]).shape)
+    in_shape = "x".join(str(d) for d in graph.tensor(node.inputs[0]).shape)
+    return f"{node.op}[{in_shape}->{out_shape}]#{digest}"
+
+
+def task_info(node: Node, graph: Graph) -> dict[str, Any]:
+    """Shape facts the cost model learns from (tinyc.tune.features)."""
+    opdef = get_op(node.op)
+    dims: dict[str, int] = {}
+    if hasattr(opdef, "_dims") and node.op == "QConv":
+        dims = {k: int(v) for k, v in opdef._dims(node, graph).items()}
+    elif node.op == "QMatMul":
+        a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
+        dims = {"M": int(np.prod(a[:-1])), "K": int(a[-1]), "N": int(b[-1])}
+    else:
+        dims = {f"d{i}": int(d) for i, d in enumerate(graph.tensor(node.outputs[0]).shape)}
+    consts = [graph.tensor(i) for i in node.inputs if i and graph.tensor(i).is_constant]
+    acts = [graph.tensor(i) for i in node.inputs if i and not graph.tensor(i).is_constant]
+    return {"op": node.op, "macs": int(opdef.macs(node, graph)), "dims": dims,
+            "in_bytes": int(sum(t.nbytes for t in acts)),
+            "out_bytes": int(sum(graph.tensor(o).nbytes for o in node.outputs if o)),
+            "weight_bytes": int(sum(t.nbytes for t in consts))}
+
+
+def schedule_space(node: Node, graph: Graph, target: str) -> list[dict[str, Any]]:
+    """Every distinct legal knob combination the target can run, canonical, in a stable order."""
+    opdef = get_op(node.op)
+    knobs = opdef.knobs(node, graph)
+    names = sorted(knobs)
+    allowed = {k: [v for v in knobs[k] if knob_allowed(opdef, k, v, target)] for k in names}
+    seen: set[str] = set()
+    space = []
+    for values in itertools.product(*(allowed[k] for k in names)):
+        cand = opdef.canonical_schedule(node, graph, dict(zip(names, values)))
+        ident = json.dumps(cand, sort_keys=True)
+        if ident not in seen:
+            seen.add(ident)
+            space.append(cand)
+    return space
+
+
+def extract_tasks(graph: Graph, target: str, defaults: Mapping[str, Mapping[str, Any]],
+                  arena_bytes: int | None = None, ram_budget: int | None = None) -> list[Task]:
+    """The graph's tasks in execution order of their first layer. With a RAM budget, a candidate
+    whose scratch exceeds the default's by more than the budget leaves (budget - planned arena)
+    is dropped: the arena can grow by at most that much (a bound: the planner may fit it in less)."""
+    from tinyc.tune.log import knobs_id
+    tasks: dict[str, Task] = {}
+    for node in graph.nodes:
+        opdef = get_op(node.op)
+        if opdef.alias or not opdef.knobs(node, graph):
+            continue
+        key = task_key(node, graph)
+        if key in tasks:
+            tasks[key].nodes.append(node.name)
+            tasks[key].sources.append(node.source or node.name)
+            continue
+        default = opdef.canonical_schedule(node, graph, dict(defaults.get(node.name, {})))
+        space = schedule_space(node, graph, target)
+        if default not in space:
+            space.insert(0, default)
+        scratch = {knobs_id(c): int(opdef.scratch_bytes(node, graph, c)) for c in space}
+        dropped = 0
+        if ram_budget is not None and arena_bytes is not None:
+            room = ram_budget - arena_bytes + scratch[knobs_id(default)]
+            kept = [c for c in space if scratch[knobs_id(c)] <= room or c == default]
+            dropped = len(space) - len(kept)
+            space = kept
+        tasks[key] = Task(key, node.op, [node.name], [node.source or node.name], task_info(node, graph),
+                          space, default, dropped, scratch)
+    return list(tasks.values())

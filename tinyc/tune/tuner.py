@@ -1,0 +1,334 @@
+"""The tuning loop: tasks -> batches of proposals -> one firmware per batch -> measurements -> log.
+
+1. The model is prepared exactly as `compile` prepares it (same passes, quantization, I/O), so the
+   tasks' keys match what `compile --tuning-log` looks up.
+2. Round 0 measures every task's default schedule (the baseline of the final table, and the
+   weights that spread trials over tasks by their share of the total, as Ansor's task scheduler).
+3. Each later round fills one batch: tasks in turn by unfilled budget, candidates proposed by the
+   cost model (simulated annealing + epsilon-greedy; random search when asked or untrained),
+   never one the log already holds for this board. Every measurement is appended (fsync'ed) the
+   moment it exists, so an interrupted run resumes with nothing lost and nothing measured twice.
+4. After each batch the cost model is refit on every record in the log — other models' and other
+   boards' too (their task and board features are stored in the records): tuning starts warm.
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from tinyc.errors import BuildError, UsageError
+from tinyc.ir import Graph
+from tinyc.tune.bench import Candidate, build_batch_graph, candidate_is_buildable
+from tinyc.tune.tasks import Task, extract_tasks
+
+SEARCHES = ("model", "random")
+
+
+@dataclass
+class TaskResult:
+    key: str
+    op: str
+    layers: list[str]
+    macs: int
+    default_cycles: float | None
+    best_cycles: float | None
+    best_knobs: dict[str, Any] | None
+    measured: int
+    space: int
+
+
+@dataclass
+class TuneResult:
+    board: str
+    target: str
+    units: str
+    log: Path
+    tasks: list[TaskResult]
+    trials: int                      # new measurements this run
+    failures: dict[str, int] = field(default_factory=dict)
+    builds: int = 0
+    wall_s: float = 0.0
+    measure_s: float = 0.0
+    history: list[tuple[int, float]] = field(default_factory=list)   # (trial number, best total so far)
+
+    @property
+    def default_total(self) -> float:
+        return sum((t.default_cycles or 0.0) * len(t.layers) for t in self.tasks)
+
+    @property
+    def tuned_total(self) -> float:
+        return sum((t.best_cycles or t.default_cycles or 0.0) * len(t.layers) for t in self.tasks)
+
+    @property
+    def seconds_per_candidate(self) -> float:
+        return self.wall_s / self.trials if self.trials else 0.0
+
+
+def board_features(board: Mapping[str, Any] | None, target: str) -> dict[str, Any]:
+    """What the cost model knows of the machine (stored in every record, for transfer)."""
+    from tinyc.schedule import isa_of
+    if board is None:
+        return {"name": "host", "core": "host", "isa": [], "clock_hz": 0}
+    cpu = board.get("cpu", {})
+    return {"name": board["name"], "core": cpu.get("core", "?"), "isa": sorted(isa_of(target)),
+            "clock_hz": int(cpu.get("clock_hz", 0))}
+
+
+def _sample_input(graph: Graph, calib: Any, seed: int) -> dict[str, np.ndarray]:
+    """One input for the golden run: the first calibration sample when given (quantized on the
+    input's grid for an int8-I/O model), else seeded noise in each input's range (kernel speed
+    does not depend on the values)."""
+    from tinyc.quantize.calibrate import _load_calib
+    from tinyc.quantize.io import io_quant, to_model_input
+    rng = np.random.default_rng(seed)
+    data = _load_calib(calib) if calib is not None else {}
+    if len(graph.inputs) == 1 and graph.inputs[0] not in data and len(data) == 1:
+        data = {graph.inputs[0]: next(iter(data.values()))}
+    feeds: dict[str, np.ndarray] = {}
+    for name in graph.inputs:
+        t = graph.tensor(name)
+        if name in data:
+            arr = np.asarray(data[name])
+            one = arr.reshape(t.shape) if arr.size == t.size else arr[0].reshape(t.shape)
+            spec = {"name": name, "dtype": t.dtype, "shape": list(t.shape), "quant": io_quant(t)}
+            feeds[name] = to_model_input({k: v for k, v in spec.items() if v is not None}, one)
+        elif t.dtype in ("int8", "uint8"):
+            info = np.iinfo(t.dtype)
+            feeds[name] = rng.integers(info.min, info.max + 1, size=t.shape).astype(t.dtype)
+        else:
+            feeds[name] = rng.normal(size=t.shape).astype(t.dtype)
+    return feeds
+
+
+def ram_room(graph: Graph, board: Mapping[str, Any] | None, ram_budget: int | None, arena: int) -> int | None:
+    """Bytes the arena may take: --ram-budget, else the board's RAM less stack, I/O buffers and a
+    margin for the runtime's own data (None on the host: no limit)."""
+    if ram_budget is not None:
+        return int(ram_budget)
+    if board is None:
+        return None
+    mem = board["memory"]
+    io = sum(graph.tensor(n).nbytes for n in graph.inputs) + sum(graph.tensor(n).nbytes for n in graph.outputs)
+    return int(mem["ram_size"]) - int(mem.get("stack_size", 0)) - io - 8192
+
+
+def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.PathLike = "tune.jsonl",
+         input_shapes: Any = None, io_layout: str = "onnx", bind: Any = None, quantize: str = "auto",
+         calib: Any = None, calib_method: str = "minmax", io_dtype: str = "float", board_dir: Any = None,
+         ram_budget: int | None = None, search: str = "model", batch_size: int = 16, seed: int = 0,
+         repeat: int | None = None, port: str | None = None, work_dir: str | os.PathLike | None = None,
+         progress: bool | None = None, epsilon: float = 0.15, run_timeout: float = 10.0) -> TuneResult:
+    """Tune `model`'s layers on `board` (None: the host) with at most `trials` new measurements."""
+    import sys
+
+    from tqdm import tqdm
+
+    from tinyc.api import prepare
+    from tinyc.memory import plan_graph_memory
+    from tinyc.reference import run_graph
+    from tinyc.schedule import board_target, default_schedules
+    from tinyc.targets.boards import load_board
+    from tinyc.tune.cost_model import CostModel
+    from tinyc.tune.log import TuningLog, knobs_id
+    from tinyc.tune.measure import make_measurer
+    from tinyc.tune.task_scheduler import allocate, next_task
+
+    if search not in SEARCHES:
+        raise UsageError(f"--search must be one of {', '.join(SEARCHES)}, got {search!r}")
+    if trials < 0 or batch_size < 1:
+        raise UsageError("--trials must be >= 0 and --batch-size >= 1")
+    t_start = time.perf_counter()
+    board_def = load_board(board, board_dir) if board else None
+    if board_def is not None and board_def.get("kind") == "host":
+        board_def = None
+    target = board_target(board_def) if board_def else "host"
+    board_name = board_def["name"] if board_def else "host"
+    graph, _ = prepare(model, input_shapes, None, io_layout, bind, quantize, calib, calib_method,
+                       progress=bool(progress), io_dtype=io_dtype)
+    defaults = default_schedules(graph, target)
+    arena = plan_graph_memory(graph, defaults).arena_bytes
+    room = ram_room(graph, board_def, ram_budget, arena)
+    if room is not None and arena > room:
+        raise UsageError(f"the model's arena ({arena:,} B with default schedules) exceeds the RAM budget ({room:,} B)")
+    tasks = extract_tasks(graph, target, defaults, arena, room)
+    if not tasks:
+        raise UsageError(f"model '{graph.name}' has no tunable layers")
+    env = run_graph(graph, _sample_input(graph, calib, seed), keep_all=True)
+    tlog = TuningLog(log)
+    bfeat = board_features(board_def, target)
+    work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="tinyc-tune-"))
+    options: dict[str, Any] = {"port": port, "run_timeout": run_timeout}
+    if repeat is not None:
+        options["repeat"] = repeat
+    measurer = make_measurer(board_def, target, work, **options)
+    rng = np.random.default_rng(seed)
+    model_ = CostModel(seed=seed)
+    by_key = {t.key: t for t in tasks}
+    result = TuneResult(board_name, target, measurer.units, Path(log), [], 0)
+    show = sys.stderr.isatty() if progress is None else progress
+    bar = tqdm(total=trials, desc=f"tuning on {board_name}", unit="cand", disable=not show, leave=True)
+
+    def best_of(task: Task) -> float | None:
+        rec = tlog.best(board_name, task.key)
+        return float(rec["cycles"]) if rec else None
+
+    def default_of(task: Task) -> float | None:
+        want = knobs_id(task.default)
+        oks = [r for r in tlog.records(board_name, task.key) if r["status"] == "ok" and knobs_id(
+            {k: v for k, v in r["knobs"].items() if not k.startswith("_")}) == want]
+        return float(oks[-1]["cycles"]) if oks else None
+
+    def total_best() -> float:
+        return sum((best_of(t) or default_of(t) or 0.0) * t.count for t in tasks)
+
+    def record(m: Any) -> None:
+        task = by_key[m.candidate.task_key]
+        knobs = dict(m.candidate.knobs)
+        tlog.append({"board": board_name, "target": target, "key": task.key, "op": task.op, "knobs": knobs,
+                     "cycles": m.cycles, "status": m.status, "units": measurer.units, "repeats": m.repeats,
+                     "detail": m.detail, "scratch_bytes": task.scratch.get(knobs_id(knobs), 0),
+                     "task": task.info, "board_info": bfeat, "model": graph.name})
+        if m.status != "ok":
+            result.failures[m.status] = result.failures.get(m.status, 0) + 1
+
+    def run_batch(cands: list[Candidate], counted: bool) -> None:
+        """Build one firmware for `cands` (halving on build failure) and measure it."""
+        if not cands:
+            return
+        ok: list[Candidate] = []
+        for c in cands:
+            why = candidate_is_buildable(graph, c.node, c.knobs)
+            if why:
+                record(_failed(c, "build_error", why))
+                _tick(counted)
+            else:
+                ok.append(c)
+        if not ok:
+            return
+        batch = build_batch_graph(graph, ok, env)
+        try:
+            project = measurer.prepare(batch, f"batch{measurer.builds:04d}")
+        except BuildError as exc:
+            if len(ok) == 1:
+                record(_failed(ok[0], "build_error", str(exc).splitlines()[0][:300]))
+                _tick(counted)
+                return
+            half = len(ok) // 2
+            run_batch([Candidate(c.task_key, c.node, c.knobs) for c in ok[:half]], counted)
+            run_batch([Candidate(c.task_key, c.node, c.knobs) for c in ok[half:]], counted)
+            return
+        t0 = time.perf_counter()
+
+        def on_result(m: Any) -> None:
+            record(m)
+            _tick(counted)
+
+        measurer.measure(batch, project, on_result)
+        result.measure_s += time.perf_counter() - t0
+
+    def _tick(counted: bool) -> None:
+        if counted:
+            result.trials += 1
+            bar.update(1)
+        best = total_best()
+        result.history.append((result.trials, best))
+        bar.set_postfix_str(f"best {best:,.0f} {measurer.units}")
+
+    def _failed(c: Candidate, status: str, detail: str) -> Any:
+        from tinyc.tune.measure import Measurement
+        return Measurement(c, status, detail=detail)
+
+    try:
+        # round 0: the defaults (the baseline; not counted against --trials)
+        first = [Candidate(t.key, t.nodes[0], dict(t.default)) for t in tasks
+                 if knobs_id(t.default) not in tlog.measured(board_name, t.key)]
+        for i in range(0, len(first), batch_size):
+            run_batch(first[i:i + batch_size], counted=False)
+        weights = {t.key: (default_of(t) or 1.0) * t.count for t in tasks}
+        measured_now = {t.key: len(tlog.measured(board_name, t.key)) for t in tasks}
+        budget = allocate(weights, trials, minimum=1, measured=measured_now,
+                          space_sizes={t.key: len(t.space) for t in tasks})
+        done = {k: 0 for k in budget}
+        spaces: dict[str, list[dict[str, Any]]] = {}
+        while result.trials < trials:
+            _refit(model_, tlog)
+            batch: list[Candidate] = []
+            taken: dict[str, set[str]] = {}
+            while len(batch) < batch_size:
+                key = next_task(weights, done, budget)
+                if key is None:
+                    break
+                task = by_key[key]
+                exclude = tlog.measured(board_name, key) | taken.setdefault(key, set())
+                # several per task and call, so the epsilon-greedy share is at least one candidate
+                want = min(budget[key] - done[key], batch_size - len(batch), max(4, batch_size // 2))
+                space = spaces.setdefault(key, [{**c, "_scratch_bytes": task.scratch.get(knobs_id(c), 0)}
+                                                for c in task.space])
+                if search == "random" or not model_.trained:
+                    from tinyc.tune.search import random_proposals
+                    props = random_proposals(space, exclude, want, rng)
+                else:
+                    from tinyc.tune.search import model_proposals
+                    props = model_proposals(space, exclude, want, model_, dict(task.info), bfeat, rng, epsilon=epsilon)
+                props = [{k: v for k, v in p.items() if not k.startswith("_")} for p in props]
+                if not props:
+                    budget[key] = done[key]   # space exhausted
+                    continue
+                for p in props:
+                    taken[key].add(knobs_id(p))
+                    batch.append(Candidate(key, task.nodes[0], dict(p)))
+                done[key] += len(props)
+            if not batch:
+                break
+            run_batch(batch, counted=True)
+    finally:
+        bar.close()
+    for t in tasks:
+        best = tlog.best(board_name, t.key)
+        result.tasks.append(TaskResult(t.key, t.op, list(t.sources), int(t.info["macs"]), default_of(t),
+                                       float(best["cycles"]) if best else None,
+                                       dict(best["knobs"]) if best else None,
+                                       len(tlog.measured(board_name, t.key)), len(t.space)))
+    result.builds = measurer.builds
+    result.wall_s = time.perf_counter() - t_start
+    return result
+
+
+def _refit(model: Any, tlog: Any) -> None:
+    """Fit the cost model on every ok record of the log (all models, all boards: transfer)."""
+    from tinyc.tune.cost_model import records_to_samples
+    recs = [dict(r, knobs={**r["knobs"], "_scratch_bytes": r.get("scratch_bytes", 0)})
+            for r in tlog.records() if r.get("status") == "ok" and "task" in r and "board_info" in r]
+    tasks = {r["key"]: r["task"] for r in recs}
+    boards = {r["board"]: r["board_info"] for r in recs}
+    samples = records_to_samples(recs, tasks, boards)
+    if len(samples) >= 4:
+        model.fit(samples)
+
+
+def result_table(res: TuneResult) -> str:
+    """Per task: layers, MACs, default vs tuned count, speed-up, MACs per count; then the totals."""
+    u = res.units
+    rows = [f"tuned on {res.board} ({res.target}); counts are {u}"
+            + (" (QEMU instruction counts, deterministic)" if u == "instructions" else ""),
+            f"{'layer(s)':<42} {'MACs':>10} {'default':>12} {'tuned':>12} {'speed-up':>8} {'MAC/' + u[:5]:>9} {'tried':>9}"]
+    for t in res.tasks:
+        name = t.layers[0][:36] + (f" x{len(t.layers)}" if len(t.layers) > 1 else "")
+        d, b = t.default_cycles, t.best_cycles
+        sp = f"{d / b:.2f}x" if d and b else "-"
+        mpc = f"{t.macs / b:.3f}" if b else "-"
+        rows.append(f"{name:<42} {t.macs:>10,} {d or 0:>12,.0f} {b or 0:>12,.0f} {sp:>8} {mpc:>9} "
+                    f"{t.measured:>4}/{t.space:<4}")
+    d, b = res.default_total, res.tuned_total
+    rows.append(f"{'total (tuned layers)':<42} {'':>10} {d:>12,.0f} {b:>12,.0f} "
+                f"{(d / b if b else math.nan):>7.2f}x")
+    rows.append(f"{res.trials} new measurements, {res.builds} firmware builds, {res.wall_s:.1f} s "
+                f"({res.seconds_per_candidate:.2f} s per candidate); failures: {res.failures or 'none'}")
+    return "\n".join(rows)
