@@ -148,11 +148,12 @@ def test_board_tuning_is_exact_and_not_slower(tmp_path, digits):
     tinyc.compile(DIGITS, out, board="mps2-an386", tuning_log=log, build=True, **_opts(digits))
     v = tinyc.validate(out, digits / "test.npz")
     assert v["outputs"]["logits"]["bit_exact_vs_golden"], v
-    # the tuned firmware is at least as fast as the default one, end to end
+    # the tuned firmware is at least as fast as the default one, end to end (counts repeat to
+    # within one SysTick tick between QEMU runs)
     d = tmp_path / "d"
     tinyc.compile(DIGITS, d, board="mps2-an386", build=True, **_opts(digits))
     x = np.load(digits / "test.npz")["input"][:1]
-    assert tinyc.run_on_board(out, {"input": x}).per_inference <= tinyc.run_on_board(d, {"input": x}).per_inference
+    assert tinyc.run_on_board(out, {"input": x}).ticks[0] <= tinyc.run_on_board(d, {"input": x}).ticks[0] + 1
 
 
 @pytest.mark.slow

@@ -40,6 +40,8 @@ from tinyc.quantize.qparams import qparams_of
 #: Activation types the kernel reads/writes, with their clamp ranges.
 QRANGE: dict[str, tuple[int, int]] = {"int8": (-128, 127), "uint8": (0, 255)}
 INT32_MAX = (1 << 31) - 1
+#: mac values whose code uses an ISA extension (knob_isa), in order of preference.
+SIMD_FORMS = ("dsp", "mve")
 
 
 def requantize_any(acc: np.ndarray, multiplier: np.ndarray, shift: np.ndarray, zp: int,
@@ -397,21 +399,64 @@ class QConv(Conv):
             j = max([p for p in ks["px_tile"] if p * m["C"] <= 128] or [1])
         wide = target == "host" and True in ks["wide_weights"] and (not dw or 16 <= t < 64)
         order = "channels_outer" if graph.tensor(node.inputs[1]).nbytes > 256 * 1024 else "pixels_outer"
-        return {"variant": ks["variant"][0], "oc_tile": t, "px_tile": j, "mac": ks["mac"][0],
-                "wide_weights": wide, "loop_order": order}
+        sched = {"variant": ks["variant"][0], "oc_tile": t, "px_tile": j, "mac": ks["mac"][0],
+                 "wide_weights": wide, "loop_order": order}
+        from tinyc.schedule import isa_of  # (tinyc.schedule imports tinyc.ops)
+        isa = isa_of(target)
+        simd = next((f for f in reversed(SIMD_FORMS) if f in isa and f in ks["mac"]), None)
+        if simd is not None:  # dsp: weights pre-split (2x their flash) up to 32 KiB of them
+            split = simd == "dsp" and True in ks["wide_weights"] and graph.tensor(node.inputs[1]).nbytes <= 32 * 1024
+            sched.update(mac=simd, wide_weights=split, loop_order="pixels_outer",
+                         **_simd_tiles(simd, dw, ch, ks["px_tile"]))
+            if dw:
+                sched["variant"] = "depthwise"
+        return sched
+
+    def knob_isa(self, knob: str, value: Any) -> str | None:
+        return value if knob == "mac" and value in SIMD_FORMS else None
+
+    def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+        """"baseline" reads no knob; a SIMD form on a variant without that micro-kernel runs the
+        "i16x2" loops; "mve" ignores wide_weights (only "dsp" stores pre-split weights)."""
+        sched = dict(schedule)
+        if sched.get("variant") == "baseline":
+            return {"variant": "baseline"}
+        if "mac" in sched and "variant" in sched:
+            if sched["mac"] in SIMD_FORMS and self._simd(sched) is None:
+                sched["mac"] = "i16x2"
+            if self._simd(sched) == "mve" and "wide_weights" in sched:
+                sched["wide_weights"] = False
+        return sched
 
     def _schedule(self, node: Node, graph: Graph, schedule: dict[str, Any] | None) -> dict[str, Any]:
         return {**self.default_schedule(node, graph, "host"), **(schedule or {})}
+
+    @staticmethod
+    def _simd(sched: dict[str, Any]) -> str | None:
+        """The SIMD micro-kernel the schedule runs ("dsp" / "mve"), None for the portable loops:
+        "pointwise" / "direct" / "depthwise" have them; "depthwise_rows" runs "i16x2" for them."""
+        mac, variant = sched["mac"], sched["variant"]
+        if mac in SIMD_FORMS and (variant in ("pointwise", "direct") or (variant, mac) == ("depthwise", "mve")):
+            return mac
+        return None
+
+    def _rowmode(self, m: dict[str, int], sched: dict[str, Any]) -> bool:
+        """SIMD direct kernels take a kernel row's KW taps as one run of KW * C contiguous inputs
+        (one group, no dilation along W)."""
+        return self._simd(sched) is not None and sched["variant"] == "direct" and m["G"] == 1 and m["DW"] == 1
 
     def _scratch_layout(self, node: Node, graph: Graph, sched: dict[str, Any]) -> tuple[int, int, int]:
         """(bytes of int16 weights, offset of the x_zp row, its length): the scratch buffer."""
         if sched["variant"] == "baseline":
             return 0, 0, 0
         m = self._dims(node, graph)
-        wbytes = 2 * graph.tensor(node.inputs[1]).size if sched.get("wide_weights") else 0
+        wide = sched.get("wide_weights") and self._simd(sched) is None
+        wbytes = 2 * graph.tensor(node.inputs[1]).size if wide else 0
         padded = any(m[k] for k in ("PT", "PL", "PB", "PR"))
         zlen = {"depthwise": m["C"], "depthwise_rows": m["C"] * max(1, int(sched["px_tile"]))}.get(
             sched["variant"], m["ICG"]) if padded else 0
+        if padded and self._rowmode(m, sched):  # the x_zp row and one assembled row per pixel of a tile
+            zlen = m["KW"] * m["C"] * (1 + max(1, min(int(sched["px_tile"]), m["N"] * m["OH"] * m["OW"])))
         return wbytes, (wbytes + 15) // 16 * 16, zlen
 
     def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> int:
@@ -442,9 +487,18 @@ class QConv(Conv):
             return ctx
         ch = OC if dw else m["OCG"]
         wbytes, zoff, zlen = self._scratch_layout(node, graph, sched)
-        folded = _mac_forms(node, graph, want_bias=True)[1] if sched["mac"] == "i16x2" else None
+        folded = _mac_forms(node, graph, want_bias=True)[1] if sched["mac"] in ("i16x2", *SIMD_FORMS) else None
+        simd = self._simd(sched)
+        rowmode = self._rowmode(m, sched)
+        wsplit = simd == "dsp" and bool(sched.get("wide_weights"))
+        if simd is not None and not dw:  # weights contiguous along the input channels: [OC][KH][KW][ICG]
+            w = np.asarray(graph.tensor(node.inputs[1]).data).reshape(m["KH"] * m["KW"] * m["ICG"], OC)
+            runs = np.ascontiguousarray(w.T).reshape(OC * (m["KH"] if rowmode else m["KH"] * m["KW"]), -1)
+            wr = _split_pairs(runs) if wsplit else runs.reshape(-1)
+            ctx.update(wr=_c_literals(wr), wr_len=int(wr.size))
         ctx.update(T=max(1, min(int(sched["oc_tile"]), ch)), J=max(1, min(int(sched["px_tile"]), m["N"] * m["OH"] * m["OW"])),
-                   mac=sched["mac"], wide=bool(wbytes), zoff=zoff, zlen=zlen, xoff=xoff,
+                   mac="i16x2" if sched["mac"] in SIMD_FORMS else sched["mac"], simd=simd, rowmode=rowmode,
+                   wsplit=wsplit, wide=bool(wbytes), zoff=zoff, zlen=zlen, xoff=xoff,
                    pixels=m["N"] * m["OH"] * m["OW"], loop_order=sched.get("loop_order", "pixels_outer"),
                    folded_bias=folded, rshifts=[max(-s, 0) for s in shift],
                    lshift=any(s > 0 for s in shift), lmuls=[1 << max(s, 0) for s in shift])
@@ -460,6 +514,36 @@ class QConv(Conv):
         return ctx
 
 
+def _simd_tiles(simd: str, dw: bool, ch: int, px_tiles: list[int]) -> dict[str, int]:
+    """Register blocks of the SIMD micro-kernels (output channels x pixels), measured in QEMU
+    (benchmarks/kernels.py): DSP 2 x 2 (as CMSIS-NN: 4 accumulators + 4 unpacked operands fill
+    the 13 core registers), MVE 8 channels x 1 pixel dense (8 scalar accumulators, one input
+    vector), 8 channels x 1 pixel depthwise (2 vector accumulators + 2 weight vectors)."""
+    want = {("dsp", False): (2, 2), ("mve", False): (8, 1), ("mve", True): (8, 1)}[simd, dw]
+    oc = max([t for t in (64, 32, 16, 8, 4, 2, 1, ch) if t <= min(ch, want[0])] or [1])
+    px = max([p for p in px_tiles if p <= want[1]] or [1])
+    return {"oc_tile": oc, "px_tile": px}
+
+
+def _split_pairs(runs: np.ndarray) -> np.ndarray:
+    """Each row of int8 `runs` as int32 words for SMLAD without unpacking: per 4 weights
+    w0..w3 the int16 pairs (w0, w2) and (w1, w3) (what SXTB16 and SXTB16 ROR #8 make of them),
+    then the row's last len % 4 weights one per word."""
+    rl = runs.shape[1]
+    r4 = rl - rl % 4
+    g = runs[:, :r4].astype(np.int64).reshape(runs.shape[0], -1, 4)
+    lo = np.stack([g[..., 0], g[..., 1]], axis=-1) & 0xFFFF
+    hi = np.stack([g[..., 2], g[..., 3]], axis=-1)
+    words = (lo + hi * 65536).reshape(runs.shape[0], -1)  # hi * 2^16 + lo: the int16 pair as an int32
+    return np.concatenate([words, runs[:, r4:].astype(np.int64)], axis=1).reshape(-1)
+
+
+def _c_literals(values: np.ndarray, per_line: int = 24) -> str:
+    """Integer C initializer list, `per_line` values a line (deterministic)."""
+    items = [str(int(v)) for v in np.asarray(values).reshape(-1)]
+    return ",\n        ".join(", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line))
+
+
 def _mac_forms(node: Node, graph: Graph, want_bias: bool = False) -> Any:
     """Exact ways the tiled kernels may form products, fastest first:
 
@@ -468,6 +552,13 @@ def _mac_forms(node: Node, graph: Graph, want_bias: bool = False) -> Any:
       then added to an int32 accumulator that starts at bias[c] - (x_zp - xoff) * sum(w[c]) (the
       zero point folded out; padded taps read x_zp, which that start value cancels). Needs every
       partial sum inside int32: |start| + 128 * sum|w[c]| <= 2^31 - 1.
+    * "dsp" / "mve": the same folded start and x' = x - xoff, with SIMD micro-kernels
+      (tinyc_simd.h): "dsp" sign-extends int8 pairs to packed int16 (SXTB16) and sums two products
+      per SMLAD, "mve" sums 16 products per VMLADAVA (dense), or 4 int32 lanes per VMUL/VADD
+      (depthwise); every partial sum is a subset sum of the "i16x2" bound, so none wraps. Exact
+      on any core (intrinsics where the core has the extension, exact C emulations elsewhere).
+      Depthwise: "mve" only, for channel multiplier 1 and an int8 input. They follow "i16x2", so
+      the host default is unchanged; ``default_schedule`` picks them on targets with the ISA.
     * "i16": (x - x_zp) * w in int16 (|x - x_zp| <= 255, |w| <= 128: |product| <= 32640).
     * "i32": int32 products (always; int16 weights of a uint8 QLinearConv need it).
 
@@ -486,4 +577,12 @@ def _mac_forms(node: Node, graph: Graph, want_bias: bool = False) -> Any:
                 int(np.max(np.abs(start) + 128 * np.abs(w).sum(axis=0))) <= INT32_MAX:
             forms.insert(0, "i16x2")
             folded = [int(v) for v in start]
+            a = node.attrs
+            xs = graph.tensor(node.inputs[0]).shape
+            dw = int(wt.shape[-2] if a["layout"] == "NHWC" else wt.shape[1]) == 1 and int(a.get("group", 1)) > 1
+            # depthwise SIMD: channel multiplier 1 (lane c reads input channel c), int8 input
+            if not dw:
+                forms[1:1] = list(SIMD_FORMS)
+            elif oc == int(xs[-1] if a["layout"] == "NHWC" else xs[1]) and not xoff:
+                forms[1:1] = ["mve"]  # (no DSP depthwise micro-kernel: SMLAD sums pairs, lanes are channels)
     return (forms, folded) if want_bias else forms

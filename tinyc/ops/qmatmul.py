@@ -26,8 +26,8 @@ import numpy as np
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, OutputType, broadcast_strides, register
-from tinyc.ops.qconv import (_int8_tensor, float_bias, quantize_bias_fitting, quantize_weights,
-                              requant_and_clamp)
+from tinyc.ops.qconv import (SIMD_FORMS, _c_literals, _int8_tensor, _split_pairs, float_bias,
+                              quantize_bias_fitting, quantize_weights, requant_and_clamp)
 from tinyc.quantize import arith
 from tinyc.quantize.qparams import add_qtensor, per_tensor, qparams_of
 
@@ -211,15 +211,30 @@ class QMatMul(OpDef):
         if N < 64 and N not in n_tiles:
             n_tiles.insert(0, N)
         macs = ["i16", "i32"] if graph.tensor(node.inputs[1]).dtype == "int8" else ["i32"]
-        return {"n_tile": n_tiles, "m_tile": [t for t in (4, 2, 1) if t <= M], "mac": macs}
+        simd = _simd_bias(node, graph) is not None
+        if simd:
+            macs[1:1] = list(SIMD_FORMS)
+        return {"n_tile": n_tiles, "m_tile": [t for t in (4, 2, 1) if t <= M], "mac": macs,
+                "wide_weights": [False, True] if simd else [False]}
+
+    def knob_isa(self, knob: str, value: Any) -> str | None:
+        return value if knob == "mac" and value in SIMD_FORMS else None
 
     def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
         """Widest column tile (64 int8 columns fill an AVX-512 vector), then as many rows (<= 4) as
-        keep <= 256 int32 accumulators; int16 products where exact."""
+        keep <= 256 int32 accumulators; int16 products where exact. On targets with the DSP
+        extension / MVE the SIMD dot products (measured in QEMU, benchmarks/kernels.py): small
+        register blocks of columns x rows, dsp with its weights stored pre-split (``wide_weights``)."""
+        from tinyc.schedule import isa_of  # (tinyc.schedule imports tinyc.ops)
         ks = self.knobs(node, graph)
         s = {k: v[0] for k, v in ks.items()}
         fits = [r for r in ks["m_tile"] if r * s["n_tile"] <= 256]
         s["m_tile"] = max(fits) if fits else 1
+        simd = next((f for f in reversed(SIMD_FORMS) if f in isa_of(target) and f in ks["mac"]), None)
+        if simd is not None:
+            n, m = SIMD_BLOCK[simd]
+            s.update(mac=simd, n_tile=max([t for t in ks["n_tile"] if t <= n] or [1]),
+                     m_tile=max([t for t in ks["m_tile"] if t <= m] or [1]), wide_weights=simd == "dsp")
         return s
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
@@ -235,6 +250,15 @@ class QMatMul(OpDef):
             bsb = [s * K * N for s in broadcast_strides(b2, batch)]
         else:
             bsa, bsb = [], []
+        simd = sched["mac"] if sched["mac"] in SIMD_FORMS else None
+        extra: dict[str, Any] = {"simd": simd}
+        if simd is not None:  # b as [N][K] (contiguous along K), the a zero point folded into the bias
+            bt = np.ascontiguousarray(np.asarray(graph.tensor(node.inputs[1]).data).T)
+            wsplit = simd == "dsp" and bool(sched.get("wide_weights"))
+            wr = _split_pairs(bt) if wsplit else bt.reshape(-1)
+            extra.update(wr=_c_literals(wr), wr_len=int(wr.size), wsplit=wsplit, folded=_simd_bias(node, graph),
+                         xoff=128 if graph.tensor(node.inputs[0]).dtype == "uint8" else 0,
+                         KS=int(wr.size) // N)
         uniform = len(set(zip(at["multiplier"], at["shift"]))) == 1
         lo, hi = _clamp(at)
         shifts = [int(v) for v in at["shift"]]
@@ -243,7 +267,38 @@ class QMatMul(OpDef):
                     mac=sched["mac"], uniform=uniform, has_bzp=any(at["b_zp"]), uniform_bzp=len(set(at["b_zp"])) == 1,
                     has_bias=len(node.inputs) > 2 and bool(node.inputs[2]), LO=lo - at["y_zp"], HI=hi - at["y_zp"],
                     rshifts=[max(-v, 0) for v in shifts], lshift=any(v > 0 for v in shifts),
-                    lmuls=[1 << max(v, 0) for v in shifts], **arith.rounding_context(at))
+                    lmuls=[1 << max(v, 0) for v in shifts], **extra, **arith.rounding_context(at))
+
+
+#: Register blocks (n_tile columns, m_tile rows) of the SIMD forms, measured in QEMU.
+SIMD_BLOCK = {"dsp": (4, 1), "mve": (8, 1)}
+
+
+def _simd_bias(node: Node, graph: Graph) -> list[int] | None:
+    """The folded int32 start value per column for the "dsp" / "mve" forms, or None when they are
+    not exact / not available: a 2-D int8 b in [-127, 127] with b_zp = 0 and a int8 / uint8 read as
+    a' = a - xoff (xoff = 128 for uint8, so a' is int8); the accumulator starts at
+    bias[n] - (a_zp - xoff) * sum_k b[k, n] and every partial sum stays inside int32:
+    |start| + 128 * sum_k |b[k, n]| <= 2^31 - 1 (the bound of qconv's "i16x2")."""
+    at = node.attrs
+    bt, a_t = graph.tensor(node.inputs[1]), graph.tensor(node.inputs[0])
+    if bt.dtype != "int8" or bt.data is None or len(bt.shape) != 2 or any(at["b_zp"]) or \
+            a_t.dtype not in QTYPES:
+        return None
+    b = np.asarray(bt.data, np.int64)
+    if not b.size or int(np.abs(b).max()) > 127:
+        return None
+    bias = np.zeros(b.shape[1], np.int64)
+    if len(node.inputs) > 2 and node.inputs[2]:
+        bias_t = graph.tensor(node.inputs[2])
+        if bias_t.data is None:
+            return None
+        bias = np.asarray(bias_t.data, np.int64).reshape(-1)
+    xoff = 128 if a_t.dtype == "uint8" else 0
+    start = bias - (int(at["a_zp"]) - xoff) * b.sum(axis=0)
+    if int(np.max(np.abs(start) + 128 * np.abs(b).sum(axis=0))) > INT32_MAX:
+        return None
+    return [int(v) for v in start]
 
 
 def _clamp(at: dict[str, Any]) -> tuple[int, int]:

@@ -77,9 +77,11 @@ class BoardMeasurer:
         self.builds = 0
 
     def prepare(self, batch: Batch, name: str) -> Path:
-        """Write and cross-compile the batch firmware (BuildError when it does not build or fit)."""
+        """Write and cross-compile the batch firmware (BuildError when it does not build or fit).
+        Every batch reuses one project folder: CMake's configuration and the runtime's objects stay
+        built, only the model sources are recompiled."""
         from tinyc.targets.board import build_board_project
-        out = self.work_dir / name
+        out = self.work_dir / "candidates"
         write_board_batch(batch, out, self.board, self.target)
         build_board_project(out, progress=False)
         self.builds += 1
@@ -162,7 +164,7 @@ class HostMeasurer:
 
     def prepare(self, batch: Batch, name: str) -> Path:
         from tinyc.targets import host
-        out = self.work_dir / name
+        out = self.work_dir / "candidates"
         write_host_batch(batch, out, self.cflags)
         host.build(out)
         self.builds += 1
