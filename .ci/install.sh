@@ -15,6 +15,9 @@ command -v arm-none-eabi-gcc >/dev/null 2>&1 || need+=(gcc-arm-none-eabi)
 [ -f /usr/lib/arm-none-eabi/newlib/libc.a ] || need+=(libnewlib-arm-none-eabi)
 # the emulated boards (mps2-an385/386/500, mps3-an547) run the firmware under QEMU
 command -v qemu-system-arm >/dev/null 2>&1 || need+=(qemu-system-arm)
+# the OpenCL target's tests run on the CPU through PoCL (an OpenCL driver) and the ICD loader
+[ -f /etc/OpenCL/vendors/pocl.icd ] || need+=(pocl-opencl-icd)
+[ -f /usr/include/CL/cl.h ] || need+=(ocl-icd-opencl-dev)
 if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
     need+=(python3-venv)
 fi

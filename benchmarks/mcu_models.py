@@ -115,8 +115,8 @@ def main() -> int:
     ap.add_argument("--boards", nargs="+", default=list(BOARDS), choices=BOARDS)
     ap.add_argument("--work", default=str(HERE / "results" / "build_mcu"))
     ap.add_argument("--json", default=str(OUT))
-    ap.add_argument("--tuning-logs", help="also compile with <dir>/<model>_<board>_model.jsonl (benchmarks/tuning.py) "
-                                          "where it exists: the tuned rows")
+    ap.add_argument("--tuning-logs", help="also compile with the logs <dir>/<model>_<board>_{model,random}.jsonl "
+                                          "of benchmarks/tuning.py where they exist: the tuned rows")
     args = ap.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -125,9 +125,13 @@ def main() -> int:
     for name in args.models:
         for board in tqdm(args.boards, desc=name, leave=False):
             rows.append(measure(name, board, work))
-            log = Path(args.tuning_logs) / f"{name}_{board}_model.jsonl" if args.tuning_logs else None
-            if log is not None and log.exists():
-                rows.append(measure(name, board, work, log))
+            logs = [Path(args.tuning_logs) / f"{name}_{board}_{s}.jsonl" for s in ("model", "random")] \
+                if args.tuning_logs else []
+            logs = [p for p in logs if p.exists()]
+            if logs:   # every measurement of both searches: compile takes the best per layer
+                merged = work / f"{name}_{board}_tuning.jsonl"
+                merged.write_text("".join(p.read_text() for p in logs))
+                rows.append(measure(name, board, work, merged))
     print(table(rows))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"rows": rows, "tflm_m4": TFLM_M4}, indent=2) + "\n")

@@ -33,6 +33,8 @@ from mcu_models import MLPERF_MODELS, model_and_data  # noqa: E402
 
 OUT = HERE / "results" / "tuning.json"
 LOGS = HERE / "results" / "tuning_logs"
+#: row keys of the two searches
+KEYS = {"model": "guided", "random": "random"}
 
 
 def trials_to_reach(history: list[tuple[int, float]], target: float) -> int | None:
@@ -71,7 +73,7 @@ def run(name: str, board: str, trials: int, batch: int, work: Path) -> dict:
         res = tune(model, board, trials=trials, log=log, search=search, batch_size=batch,
                    work_dir=work / f"{name}_{board}_{search}", progress=False, **opts)
         results[search] = res
-        row[search] = {"default_total": res.default_total, "tuned_total": res.tuned_total,
+        row[KEYS[search]] = {"default_total": res.default_total, "tuned_total": res.tuned_total,
                        "speedup": res.default_total / res.tuned_total if res.tuned_total else None,
                        "builds": res.builds, "wall_s": round(time.perf_counter() - t0, 1),
                        "s_per_candidate": round(res.seconds_per_candidate, 3),
@@ -84,7 +86,7 @@ def run(name: str, board: str, trials: int, batch: int, work: Path) -> dict:
                                   for t in res.tasks]}
     best = min(r.tuned_total for r in results.values())
     for search, res in results.items():
-        row[search]["trials_to_95pct_of_best"] = trials_to_reach(res.history, best)
+        row[KEYS[search]]["trials_to_95pct_of_best"] = trials_to_reach(res.history, best)
     row["spearman_held_out"] = held_out_spearman(LOGS / f"{name}_{board}_model.jsonl",
                                                  LOGS / f"{name}_{board}_random.jsonl", board)
     units = results["model"].units
@@ -97,7 +99,7 @@ def table(rows: list[dict]) -> str:
             f"{'builds':>6} {'s/cand':>6} {'95% model':>9} {'95% rand':>8} {'spearman':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        m, rd = r["model"], r["random"]
+        m, rd = r["guided"], r["random"]
 
         def fmt(v):
             return "-" if v is None else str(v)

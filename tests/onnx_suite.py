@@ -262,20 +262,21 @@ def _bind_attempts(in_vis: list[Any], values: list[np.ndarray]) -> list[dict[str
     return attempts
 
 
-def prepare(index: int, workdir: str, max_weights: int) -> dict[str, Any]:
+def prepare(index: int, workdir: str, max_weights: int, target: str = "host") -> dict[str, Any]:
     """Import and generate case `index`; write its sources and data. Returns the result so far
     (status set when the case ended here) plus what the runner needs."""
     case = _CASES[index]
     res = Result(case.key, case.name, case.suite, case.op, "")
     out: dict[str, Any] = {"result": res}
     try:
-        _prepare(case, index, Path(workdir), max_weights, res, out)
+        _prepare(case, index, Path(workdir), max_weights, res, out, target)
     except Exception as exc:  # a harness-side surprise must not lose the case
         res.status, res.reason = "error", _one_line(f"harness: {type(exc).__name__}: {exc}") + _where(exc)
     return out
 
 
-def _prepare(case: Case, index: int, workdir: Path, max_weights: int, res: Result, out: dict[str, Any]) -> None:
+def _prepare(case: Case, index: int, workdir: Path, max_weights: int, res: Result, out: dict[str, Any],
+             target: str = "host") -> None:
     from tinyc.api import load
     from tinyc.codegen import generate
     from tinyc.errors import TinycError
@@ -317,7 +318,7 @@ def _prepare(case: Case, index: int, workdir: Path, max_weights: int, res: Resul
                 res.status = "skipped"
                 res.reason = f"{weights} constant elements > harness limit {max_weights} (--max-weights)"
                 return
-            gen = generate(graph, prefix=prefix)
+            gen = generate(graph, prefix=prefix, target=target)
             res.bound = sorted(bind)
             break
         except TinycError as exc:
@@ -340,6 +341,10 @@ def _prepare(case: Case, index: int, workdir: Path, max_weights: int, res: Resul
         return
     src = workdir / "src"
     size = 0
+    if target == "opencl":  # a folder per case, run by run_opencl
+        from tinyc.targets.opencl import write_project
+        src = workdir / prefix
+        write_project(src, gen.files, gen.blobs, gen.manifest)
     for name, text in gen.files.items():
         (src / name).write_text(text)
         size += len(text)
@@ -538,6 +543,55 @@ def _run_case(lib: Any, case: dict[str, Any]) -> dict[str, Any]:
                             "max_abs": a, "max_rel": r}
                 max_abs, max_rel = max(max_abs, a), max(max_rel, r)
     return {"status": "pass", "max_abs": max_abs, "max_rel": max_rel}
+
+
+# --------------------------------------------------------------------------------------------
+# the OpenCL target (tinyc.targets.opencl): a deterministic sample of the node cases
+def opencl_sample(every: int = 12) -> list[Case]:
+    """Every `every`-th node case (sorted by name) whose op is registered: a fixed spread over the ops."""
+    cases = sorted((c for c in collect_cases(suites=("node",))), key=lambda c: c.name)
+    return cases[::every]
+
+
+def run_opencl(cases: list[Case], device: str | None = None, max_weights: int = DEFAULT_MAX_WEIGHTS) -> SuiteRun:
+    """Prepare each case for the OpenCL target and run it in this process on `device` (PoCL in CI):
+    the same statuses and comparison as the C runs."""
+    global _CASES
+    from tinyc.errors import TinycError
+    from tinyc.targets.opencl import OpenCLModel
+    _CASES = list(cases)
+    results = []
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(prefix="tinyc-ocl-suite-") as tmp:
+        work = Path(tmp)
+        (work / "data").mkdir()
+        for i in range(len(_CASES)):
+            prep = prepare(i, tmp, max_weights, target="opencl")
+            res: Result = prep["result"]
+            run = prep.get("run")
+            if run is not None and not res.status:
+                try:
+                    model = OpenCLModel(work / run["prefix"], device=device)
+                    rec = _run_opencl_case(model, run)
+                except TinycError as exc:
+                    rec = {"status": "error", "reason": _one_line(str(exc), 2000)}
+                res.status, res.reason = rec["status"], rec.get("reason", "")
+            results.append(res)
+    secs = time.time() - t0
+    return SuiteRun(results, secs, {"opencl": secs}, 1, None, max_weights)
+
+
+def _run_opencl_case(model: Any, case: dict[str, Any]) -> dict[str, Any]:
+    with np.load(case["npz"], allow_pickle=False) as data:
+        for s in range(case["nsets"]):
+            feeds = {spec["name"]: data[f"s{s}_i{j}"].astype(spec["dtype"], copy=False)
+                     for j, spec in enumerate(case["inputs"])}
+            outs = model(feeds)
+            for j, spec in enumerate(case["outputs"]):
+                ok, why, _, _ = compare(outs[spec["name"]], data[f"s{s}_o{j}"], case["rtol"], case["atol"])
+                if not ok:
+                    return {"status": "fail", "reason": f"set {s} output '{spec['name']}': {why}"}
+    return {"status": "pass"}
 
 
 def _chunks(runs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:

@@ -154,8 +154,7 @@ def _conv_scheds(case: dict[str, Any], g: Any) -> list[dict[str, Any]]:
 def test_conv_simd_forms_bit_exact(tmp_path: Path, case: dict[str, Any]) -> None:
     g, _ = conv_graph(3, **case)
     scheds = _conv_scheds(case, g)
-    dw = case.get("group", 1) == case["xs"][-1]
-    assert {s["mac"] for s in scheds} == ({"mve"} if dw else {"dsp", "mve"})
+    assert {s["mac"] for s in scheds} == {"dsp", "mve"}   # depthwise too (channel multiplier 1, int8)
     g, ov = conv_graph(3, **case, schedules=scheds)
     x = _x(3, g)
     golden = tinyc.reference.run_graph(g, {"x": x})
@@ -250,8 +249,11 @@ def test_defaults_and_isa() -> None:
     assert default_schedules(g, "mcu+dsp+mve")[node.name]["mac"] == "mve"
     assert not knob_allowed(q, "mac", "mve", "mcu+dsp")
     gd, _ = conv_graph(1, (1, 8, 8, 16), 16, (3, 3), group=16, pads=(1, 1, 1, 1))
-    assert "dsp" not in q.knobs(gd.nodes[0], gd)["mac"]
+    assert "dsp" in q.knobs(gd.nodes[0], gd)["mac"]
+    assert default_schedules(gd, "mcu+dsp")[gd.nodes[0].name]["mac"] == "dsp"
     assert default_schedules(gd, "mcu+dsp+mve")[gd.nodes[0].name]["mac"] == "mve"
+    gu, _ = conv_graph(1, (1, 8, 8, 16), 32, (3, 3), group=16, pads=(1, 1, 1, 1))   # channel multiplier 2
+    assert "dsp" not in q.knobs(gu.nodes[0], gu)["mac"] and "mve" not in q.knobs(gu.nodes[0], gu)["mac"]
     gf, _ = fc_graph(1, (1, 64), 10, True, None)
     m = get_op("QMatMul")
     assert default_schedules(gf, "host")[gf.nodes[0].name]["mac"] == "i16"

@@ -45,6 +45,14 @@ def _opts(d):
     return dict(quantize="int8", calib=d / "calib.npz", io_dtype="int8")
 
 
+def _tasks(d):
+    from tinyc.api import prepare
+    from tinyc.schedule import default_schedules
+    from tinyc.tune.tasks import extract_tasks
+    graph, _ = prepare(DIGITS, quantize="int8", calib=d / "calib.npz", progress=False)
+    return extract_tasks(graph, "host", default_schedules(graph, "host"))
+
+
 def _lines(path):
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -129,7 +137,12 @@ def test_killed_tuner_loses_nothing_and_resumes(tmp_path, digits):
     assert res.trials == 3
     after = TuningLog(log)
     ids = [(r["board"], r["key"], knobs_id(r["knobs"])) for r in after.records()]
-    assert len(ids) == len(set(ids)) == len(complete) + 3
+    assert len(ids) == len(set(ids))                       # nothing measured twice
+    assert after.records()[:len(complete)] == complete     # nothing lost or changed
+    new = after.records()[len(complete):]
+    # the 3 trials, plus a default the killed run had not reached (round 0 is not counted as trials)
+    defaults = [r for r in new if r["knobs"] == next(t.default for t in _tasks(digits) if t.key == r["key"])]
+    assert len(new) == 3 + len(defaults), new
 
 
 @pytest.mark.slow
@@ -178,3 +191,26 @@ def test_crashing_candidate_is_recorded_and_the_batch_goes_on(tmp_path, digits, 
     recs = _lines(log)
     assert [r["status"] for r in recs].count("crash") == 1, recs
     assert recs[1]["status"] == "crash" and all(r["status"] == "ok" for i, r in enumerate(recs) if i != 1)
+
+
+def test_ram_budget_drops_candidates_whose_scratch_does_not_fit(digits):
+    """--ram-budget: candidates whose scratch would push the arena above the budget are never
+    built (the space shrinks; the default always stays); no budget keeps them all."""
+    from tinyc.api import prepare
+    from tinyc.memory import plan_graph_memory
+    from tinyc.schedule import default_schedules
+    from tinyc.tune.tasks import extract_tasks
+    graph, _ = prepare(DIGITS, quantize="int8", calib=digits / "calib.npz", io_dtype="int8", progress=False)
+    defaults = default_schedules(graph, "host")
+    arena = plan_graph_memory(graph, defaults).arena_bytes
+    free = extract_tasks(graph, "host", defaults)
+    tight = extract_tasks(graph, "host", defaults, arena, ram_budget=arena)
+    assert sum(t.dropped_for_memory for t in free) == 0
+    assert sum(t.dropped_for_memory for t in tight) > 0
+    for f, t in zip(free, tight):
+        base = t.scratch[knobs_id(t.default)]
+        assert t.default in t.space
+        assert all(t.scratch[knobs_id(c)] <= base for c in t.space)
+        assert len(t.space) + t.dropped_for_memory == len(f.space)
+    with pytest.raises(tinyc.errors.UsageError, match="exceeds the RAM budget"):
+        tune(DIGITS, None, trials=1, log=digits / "never.jsonl", ram_budget=arena - 1, progress=False, **_opts(digits))

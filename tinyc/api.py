@@ -12,7 +12,7 @@ import numpy as np
 from tinyc.errors import RunError, UsageError
 from tinyc.ir import Graph
 
-TARGETS = ("host",)
+TARGETS = ("host", "opencl")
 
 
 @dataclass
@@ -128,9 +128,12 @@ def compile(model: Any, output_dir: str | os.PathLike, target: str = "host",
         from tinyc.tune.apply import schedules_from_log
         tuned = schedules_from_log(graph, tuning_log, target_name, sched_target)
         chosen = apply_overrides(graph, chosen, tuned)
-    chosen = apply_overrides(graph, chosen, schedules)
+    chosen = apply_overrides(graph, chosen, schedules, sched_target)
     gen = generate(graph, prefix=name, target=sched_target, schedules=chosen)
-    if board_def is None:
+    if board_def is None and target == "opencl":
+        from tinyc.targets import opencl
+        opencl.write_project(out, gen.files, gen.blobs, gen.manifest)
+    elif board_def is None:
         host.write_project(out, gen.files, gen.manifest, cflags if cflags is not None else host.default_cflags())
     elif format == "library":
         from tinyc.targets.library import write_library_project
@@ -167,6 +170,10 @@ def build_project(project_dir: str | os.PathLike, force: bool = False) -> dict[s
     from tinyc.targets import host
     out = Path(project_dir)
     manifest = host.load_manifest(out)
+    if manifest.get("target") == "opencl":
+        from tinyc.targets.opencl import OpenCLModel
+        model = OpenCLModel(out)  # builds the program on the default device: its errors surface here
+        return {"device": model.device.name.strip(), "kernels": len(model.kernels)}
     if _is_firmware(out):
         from tinyc.targets.board import build_board_project
         return build_board_project(out, force=force)
@@ -257,12 +264,23 @@ def _load_inputs(inputs: Any) -> dict[str, np.ndarray]:
 
 
 def run(output_dir: str | os.PathLike, inputs: Any, output: str | os.PathLike | None = None,
-        port: str | None = None) -> dict[str, np.ndarray]:
+        port: str | None = None, device: str | None = None) -> dict[str, np.ndarray]:
     """Build (if needed) and run compiled C on `inputs` (npz path or dict); optionally save an npz.
     Arrays either have the model's exact input shape, or one extra leading dim N for N runs.
-    A firmware project runs on its board (flashed/emulated as needed; `port` for real boards)."""
+    A firmware project runs on its board (flashed/emulated as needed; `port` for real boards); an
+    OpenCL folder on `device` ("platform:device" as `devices()` lists; default the first GPU, else
+    the first device)."""
     from tinyc.targets import host
-    if host.load_manifest(Path(output_dir)).get("format") == "library":
+    manifest = host.load_manifest(Path(output_dir))
+    if manifest.get("target") == "opencl":
+        from tinyc.targets import opencl
+        results = opencl.run_batch(output_dir, _load_inputs(inputs), device=device)
+        if output is not None:
+            np.savez(output, **results)
+        return results
+    if device is not None:
+        raise UsageError("--device is for folders compiled with --target opencl")
+    if manifest.get("format") == "library":
         raise UsageError(f"{output_dir} is a library for your own firmware build (--format library); it has no "
                          "runner: compile with --format project to run it on the board")
     feeds = _load_inputs(inputs)
@@ -311,3 +329,9 @@ def flash(project_dir: str | os.PathLike, port: str | None = None, **options: An
     from tinyc.device.runner import connect
     with connect(project_dir, port, **options) as dev:
         return dict(dev.info, units=dev.units.name)
+
+
+def devices() -> list[Any]:
+    """The OpenCL devices found (`tinyc devices`): id "platform:device", kind, name, memory."""
+    from tinyc.targets.opencl import list_devices
+    return list_devices()

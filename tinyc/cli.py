@@ -79,6 +79,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
         _print_sizes(dict(report, **res))
         for w in res.get("warnings", []):
             print(f"  warning: {w}")
+    elif "device" in res:
+        print(f"built the OpenCL program ({res['kernels']} kernels) on {res['device']}")
     else:
         print(f"built {res['library']}")
     return 0
@@ -144,13 +146,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from tinyc.api import run
-    outs = run(args.project, args.input, args.output, port=args.port)
+    outs = run(args.project, args.input, args.output, port=args.port, device=args.device)
     for name, value in outs.items():
         flat = np.asarray(value).reshape(-1)
         preview = ", ".join(f"{v:.6g}" for v in flat[:8]) + (", ..." if flat.size > 8 else "")
         print(f"{name}: {value.dtype}{list(value.shape)} [{preview}]")
     if args.output:
         print(f"wrote {args.output}")
+    return 0
+
+
+def _cmd_devices(args: argparse.Namespace) -> int:
+    from tinyc.api import devices
+    from tinyc.targets.opencl import devices_table
+    print(devices_table(devices()))
     return 0
 
 
@@ -202,7 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("compile", help="compile a model to a C project")
     model_args(sp)
     sp.add_argument("-o", "--output", required=True, help="output folder")
-    sp.add_argument("--target", default="host", help="target (host); use --board for microcontrollers")
+    sp.add_argument("--target", default="host",
+                    help="host (C for this machine, default) or opencl (OpenCL C kernels for a GPU or CPU "
+                         "device); use --board for microcontrollers")
     sp.add_argument("--board", help="write a firmware project for this board (see `tinyc boards`)")
     sp.add_argument("--format", choices=["project", "library"], default="project",
                     help="with --board: a standalone firmware project with the serial harness (default), or a "
@@ -263,7 +274,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--input", required=True, help=".npz whose keys are the model's input names")
     sp.add_argument("--output", help="write outputs to this .npz")
     port_arg(sp)
+    sp.add_argument("--device", metavar="PLATFORM:DEVICE",
+                    help="OpenCL folders: the device (see `tinyc devices`; default the first GPU, else the first device)")
     sp.set_defaults(func=_cmd_run)
+
+    sp = sub.add_parser("devices", help="list the OpenCL platforms and devices")
+    sp.set_defaults(func=_cmd_devices)
 
     sp = sub.add_parser("boards", help="list the board definitions")
     board_dir_arg(sp)

@@ -143,6 +143,26 @@ TINYC_SIMD_INLINE int32_t tinyc_smlad(int32_t x, int32_t y, int32_t acc)
 #endif
 }
 
+/* SMLABB / SMLATT: acc + the bottom (top) signed halfwords of x and y, modulo 2^32. Depthwise
+ * lanes are channels, so each product needs its own accumulator: SMLAD would sum two channels. */
+TINYC_SIMD_INLINE int32_t tinyc_smlabb(int32_t x, int32_t y, int32_t acc)
+{
+#if TINYC_HAVE_DSP
+    return __smlabb(x, y, acc);
+#else
+    return tinyc_simd_wrap((int64_t)acc + (int64_t)tinyc_simd_h16((uint32_t)x, 0) * tinyc_simd_h16((uint32_t)y, 0));
+#endif
+}
+
+TINYC_SIMD_INLINE int32_t tinyc_smlatt(int32_t x, int32_t y, int32_t acc)
+{
+#if TINYC_HAVE_DSP
+    return __smlatt(x, y, acc);
+#else
+    return tinyc_simd_wrap((int64_t)acc + (int64_t)tinyc_simd_h16((uint32_t)x, 16) * tinyc_simd_h16((uint32_t)y, 16));
+#endif
+}
+
 /* PKHBT x, y, LSL #16: halfword 0 of x, halfword 0 of y on top (plain C; compilers emit PKHBT). */
 TINYC_SIMD_INLINE int32_t tinyc_pkhbt16(int32_t x, int32_t y)
 {

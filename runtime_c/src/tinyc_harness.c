@@ -21,6 +21,7 @@ enum {
     CMD_RESET = 0x08,
     CMD_EXIT = 0x09,
     CMD_RUN_LAYER = 0x0A,
+    CMD_OUTPUT_CRC = 0x0B,
     REPLY_FLAG = 0x80,
     FRAME_ERROR_CMD = 0xFF
 };
@@ -101,10 +102,10 @@ static uint32_t get32(const uint8_t *p)
 }
 
 /* ---- framing ---- */
-uint32_t tinyc_harness_crc32(const uint8_t *data, uint32_t n)
+/* CRC-32/IEEE over more than one piece: start with 0xFFFFFFFF, feed, invert at the end. */
+static uint32_t crc32_update(uint32_t crc, const uint8_t *data, uint32_t n)
 {
     /* Bitwise: no 1 KB table in flash; ~8 shifts per byte is far below a UART byte time. */
-    uint32_t crc = 0xFFFFFFFFu;
     uint32_t i;
     int b;
     for (i = 0; i < n; ++i) {
@@ -113,7 +114,12 @@ uint32_t tinyc_harness_crc32(const uint8_t *data, uint32_t n)
             crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
         }
     }
-    return ~crc;
+    return crc;
+}
+
+uint32_t tinyc_harness_crc32(const uint8_t *data, uint32_t n)
+{
+    return ~crc32_update(0xFFFFFFFFu, data, n);
 }
 
 uint32_t tinyc_harness_cobs_encode(const uint8_t *src, uint32_t n, uint8_t *dst)
@@ -441,6 +447,44 @@ static uint8_t do_run_layer(const tinyc_harness_model_t *m, const uint8_t *body,
     return ST_OK;
 }
 
+/* OUTPUT_CRC: the CRC-32 of an output byte range, so the host can check a large output (a tuning
+ * candidate's) against the golden model without reading it over the link. */
+static uint8_t do_output_crc(const tinyc_harness_model_t *m, const uint8_t *body, uint32_t blen,
+                             uint8_t *out, uint32_t *len, uint32_t *detail)
+{
+    uint32_t offset;
+    uint32_t n;
+    uint32_t crc = 0xFFFFFFFFu;
+    uint32_t k;
+    uint8_t st;
+    if (blen != 8u) {
+        return ST_BAD_LENGTH;
+    }
+    offset = get32(body);
+    n = get32(body + 4);
+    st = check_range(offset, n, total_bytes(m->outputs, m->num_outputs), detail);
+    if (st != ST_OK) {
+        return st;
+    }
+    for (k = 0; k < m->num_outputs && n > 0; ++k) {
+        uint32_t take;
+        if (offset >= m->outputs[k].bytes) {
+            offset -= m->outputs[k].bytes;
+            continue;
+        }
+        take = m->outputs[k].bytes - offset;
+        if (take > n) {
+            take = n;
+        }
+        crc = crc32_update(crc, m->outputs[k].data + offset, take);
+        n -= take;
+        offset = 0;
+    }
+    put32(out, ~crc);
+    *len = 4u;
+    return ST_OK;
+}
+
 static uint8_t do_profile_read(const tinyc_harness_model_t *m, const uint8_t *body, uint32_t blen,
                                uint8_t *out, uint32_t *len, uint32_t *detail)
 {
@@ -569,6 +613,7 @@ static int handle_frame(const tinyc_harness_model_t *m, int *exit_code)
         case CMD_PROFILE_READ: st = do_profile_read(m, body, blen, out, &len, &detail); break;
         case CMD_LAYER_NAME: st = do_layer_name(m, body, blen, out, &len, &detail); break;
         case CMD_RUN_LAYER: st = do_run_layer(m, body, blen, out, &len, &detail); break;
+        case CMD_OUTPUT_CRC: st = do_output_crc(m, body, blen, out, &len, &detail); break;
         case CMD_RESET: st = do_reset(m, blen); break;
         case CMD_EXIT:
             if (blen != 4u) {

@@ -16,7 +16,8 @@ class Dialect:
 
 
 C99 = Dialect("c", "dialects/c.j2")
-DIALECTS = {"c": C99}
+OPENCL = Dialect("opencl", "dialects/opencl.j2")
+DIALECTS = {"c": C99, "opencl": OPENCL}
 
 
 def c_float(value: float) -> str:

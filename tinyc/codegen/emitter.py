@@ -83,6 +83,8 @@ class KernelParam:
     const: bool
     restrict: bool
     arg: str  # C expression at the call site
+    base: str = "arena"  # where a dialect without C symbols finds it: "arena" or "weights" (packed) ...
+    offset: int = 0      # ... at this byte offset
 
 
 @dataclass
@@ -104,6 +106,7 @@ class GeneratedModel:
     weights_bytes: int = 0
     inputs: list[dict[str, Any]] = field(default_factory=list)
     outputs: list[dict[str, Any]] = field(default_factory=list)
+    weights: list[dict[str, Any]] = field(default_factory=list)  # sym, tensor, packed offset, bytes
 
 
 @functools.lru_cache(maxsize=None)
@@ -147,11 +150,17 @@ def _weight_literals(data: np.ndarray, ct: str) -> str:
     return ",\n".join(lines)
 
 
+#: Alignment of each constant in the packed weights blob (dialects whose kernels address the
+#: weights as one buffer): a cache line, more than any element or vector type needs.
+WEIGHT_ALIGN = 64
+
+
 def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str, Any]],
                prefix: str, dialect: Dialect = C99) -> GeneratedModel:
     env = _env()
     weight_syms: dict[str, str] = {}
     weights: list[dict[str, Any]] = []
+    packed = [0]  # the next free offset in the packed weights blob
 
     def weight(name: str) -> str:
         if name not in weight_syms:
@@ -162,8 +171,16 @@ def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str
             data = t.data if t.data is not None else np.zeros(t.shape, t.dtype)
             weights.append({"sym": sym, "ctype": ct, "count": max(1, t.size), "tensor": name,
                             "shape": t.shape, "literals": _weight_literals(data if t.size else np.zeros(1, data.dtype), ct),
-                            "bytes": t.nbytes})
+                            "bytes": t.nbytes, "offset": packed[0]})
+            packed[0] += -(-max(1, t.nbytes) // WEIGHT_ALIGN) * WEIGHT_ALIGN
         return weight_syms[name]
+
+    def place(name: str) -> tuple[str, int]:
+        """(base, byte offset) of a tensor for dialects that address buffers, not C symbols."""
+        if graph.tensor(name).is_constant:
+            sym = weight(name)
+            return "weights", next(w["offset"] for w in weights if w["sym"] == sym)
+        return "arena", layout.offsets[layout.buffer_of(name)]
 
     def pointer(name: str, writable: bool) -> str:
         t = graph.tensor(name)
@@ -198,7 +215,7 @@ def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str
             ins.append(TensorView(name, t.shape, t.dtype, ctype(t.dtype), pname, t.is_constant, t.data))
             shared = (not t.is_constant) and any(_overlap(arena_range(name), arena_range(o))
                                                  for o in node.outputs if o)
-            params.append(KernelParam(pname, ctype(t.dtype), True, not shared, pointer(name, False)))
+            params.append(KernelParam(pname, ctype(t.dtype), True, not shared, pointer(name, False), *place(name)))
         for j, name in enumerate(node.outputs):
             if not name:
                 outs.append(None)
@@ -207,10 +224,11 @@ def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str
             pname = f"out{j}"
             outs.append(TensorView(name, t.shape, t.dtype, ctype(t.dtype), pname, False))
             shared = any(_overlap(arena_range(i), arena_range(name)) for i in node.inputs if i)
-            params.append(KernelParam(pname, ctype(t.dtype), False, not shared, pointer(name, True)))
+            params.append(KernelParam(pname, ctype(t.dtype), False, not shared, pointer(name, True), *place(name)))
         scratch = layout.scratch.get(node.name)
         if scratch is not None:
-            params.append(KernelParam("scratch", "uint8_t", False, True, f"(arena + {layout.offsets[scratch]})"))
+            params.append(KernelParam("scratch", "uint8_t", False, True, f"(arena + {layout.offsets[scratch]})",
+                                      "arena", layout.offsets[scratch]))
         fn = f"layer{idx}_{c_identifier(node.op).lower()}"
         ctx = dict(fn=fn, node=node, attrs=node.attrs, schedule=sched, ins=ins, outs=outs,
                    params=params, act=activation_expr(node), dialect_macros=dialect.macros,
@@ -245,7 +263,8 @@ def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str
         f"{prefix}_weights.h": env.get_template("weights.h.j2").render(**common),
         f"{prefix}_weights.c": env.get_template("weights.c.j2").render(**common),
     }
-    return GeneratedModel(prefix, files, layers, sum(w["bytes"] for w in weights), io_inputs, io_outputs)
+    return GeneratedModel(prefix, files, layers, sum(w["bytes"] for w in weights), io_inputs, io_outputs,
+                          [{k: w[k] for k in ("sym", "tensor", "offset", "bytes")} for w in weights])
 
 
 def _io_view(graph: Graph, public: str, name: str, kind: str, k: int, layout: MemoryLayout,

@@ -1,9 +1,10 @@
 """From an optimised graph to files: schedules, memory plan (checked), C sources, manifest, report."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from tinyc.codegen.dialect import C99, OPENCL
 from tinyc.codegen.emitter import c_identifier, generate_c
 from tinyc.ir import Graph
 from tinyc.memory import MemoryLayout, check_plan, plan_graph_memory
@@ -19,6 +20,7 @@ class GeneratedProject:
     report: dict[str, Any]
     layout: MemoryLayout
     schedules: dict[str, dict[str, Any]]
+    blobs: dict[str, bytes] = field(default_factory=dict)  # binary files (the OpenCL weights)
 
 
 def generate(graph: Graph, prefix: str | None = None, target: str = "host",
@@ -27,7 +29,7 @@ def generate(graph: Graph, prefix: str | None = None, target: str = "host",
     schedules = schedules if schedules is not None else default_schedules(graph, target)
     layout = plan_graph_memory(graph, schedules)
     check_plan(layout.buffers, layout.plan)  # a wrong plan must never reach the C code
-    gen = generate_c(graph, layout, schedules, prefix)
+    gen = generate_c(graph, layout, schedules, prefix, OPENCL if target == "opencl" else C99)
     render = _render_context(graph, gen, prefix)
     manifest = {
         "prefix": prefix, "model": graph.name, "target": target,
@@ -36,6 +38,11 @@ def generate(graph: Graph, prefix: str | None = None, target: str = "host",
         "render": render,
     }
     report = build_report(graph, layout, gen, schedules, prefix)
+    if target == "opencl":
+        from tinyc.codegen.opencl_project import opencl_files
+        files, blobs, extra = opencl_files(graph, gen, layout, schedules, prefix)
+        manifest.update(extra)
+        return GeneratedProject(files, manifest, report, layout, schedules, blobs)
     return GeneratedProject(gen.files, manifest, report, layout, schedules)
 
 

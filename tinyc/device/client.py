@@ -115,6 +115,17 @@ class HarnessClient:
         count = struct.unpack_from("<I", body)[0]
         return list(struct.unpack_from(f"<{count}I", body, 4))
 
+    def output_crc(self, offset: int, length: int) -> int:
+        """CRC-32 (zlib's) of `length` output bytes from `offset`, computed on the device: checks
+        a large output against an expected one without moving it over the link."""
+        info = self._ensure_hello()
+        if offset < 0 or length < 0 or offset + length > info["output_bytes"]:
+            raise UsageError(f"output range {offset}+{length} outside the {info['output_bytes']} output bytes")
+        reply = self._transact(P.Cmd.OUTPUT_CRC, P.output_crc_request(offset, length))
+        if len(reply.body) != 4:
+            raise DeviceError(self._message("OUTPUT_CRC", f"reply of {len(reply.body)} bytes, expected 4", reply.payload))
+        return int(struct.unpack("<I", reply.body)[0])
+
     def read_output(self, offset: int = 0, length: int | None = None) -> bytes:
         """Model outputs of the last run (concatenated raw little-endian bytes): all of them, or
         `length` bytes from `offset` (the tuner reads one candidate's output this way)."""

@@ -36,6 +36,7 @@ class Cmd(IntEnum):
     RESET = 0x08
     EXIT = 0x09
     RUN_LAYER = 0x0A
+    OUTPUT_CRC = 0x0B
 
 
 class Status(IntEnum):
@@ -222,6 +223,10 @@ def run_request(repeat: int) -> bytes:
 
 def run_layer_request(index: int, repeat: int) -> bytes:
     return struct.pack("<II", index, repeat)
+
+
+def output_crc_request(offset: int, length: int) -> bytes:
+    return struct.pack("<II", offset, length)
 
 
 def read_output_request(offset: int, length: int) -> bytes:

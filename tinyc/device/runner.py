@@ -359,11 +359,13 @@ def _onnxruntime_outputs(source: str, feeds: Mapping[str, np.ndarray], manifest:
 
 
 def _ort_input(spec: Mapping[str, Any], value: np.ndarray) -> np.ndarray:
-    """The source model's view of an input: an int8-I/O model's float data stays float (its ONNX
-    input is float); otherwise the manifest dtype."""
+    """The source model's view of an input: an int8-I/O model's ONNX input is float, so float data
+    stays float and int8 data is dequantized on the input's grid; otherwise the manifest dtype."""
     arr = np.asarray(value)
     if spec.get("quant") is not None and arr.dtype.kind == "f":
         return arr.astype(np.float32)
+    if spec.get("quant") is not None:   # int8 data for the int8 input: the float values it stands for
+        return to_float_output(spec, arr.astype(spec["dtype"]))
     return arr.astype(spec["dtype"])
 
 

@@ -197,6 +197,9 @@ class Conv(OpDef):
         # channels (longer vectors). Measured on x86 (AVX2/AVX-512) against 1-pixel tiles: 2-3x
         # faster on every conv shape tried; the tuner may refine this per board.
         ks = self.knobs(node, graph)
+        if target == "opencl":  # one output row per work-item (parallel_for over oh), no scratch
+            return {"variant": ks["variant"][0], "oc_tile": ks["oc_tile"][0], "ow_tile": 1,
+                    "loop_order": "pixels_outer"}
         m = self._dims(node, graph)
         # a width that leaves a tail tile counts 3/4: tail tiles are narrower, so slower
         pairs = [(j * t * (1.0 if m["OW"] % j == 0 else 0.75), t, j)

@@ -85,6 +85,8 @@ class Gemm(OpDef):
         """Tiles need not divide M or N (tail tiles); up to 4 rows share each weight load."""
         ks = self.knobs(node, graph)
         s = {k: v[0] for k, v in ks.items()}
+        if target == "opencl" and "n_tile" in ks:  # one output column per work-item, no tail tile
+            return {"variant": "tiled", "n_tile": 1, "m_tile": 1}
         if "m_tile" in ks:
             fits = [r for r in ks["m_tile"] if r * s["n_tile"] <= 128]
             s["m_tile"] = max(fits) if fits else 1

@@ -220,21 +220,32 @@ class QMatMul(OpDef):
     def knob_isa(self, knob: str, value: Any) -> str | None:
         return value if knob == "mac" and value in SIMD_FORMS else None
 
+    def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+        """Only "dsp" stores pre-split weights: wide_weights is moot for the other forms."""
+        sched = dict(schedule)
+        if "wide_weights" in sched and sched.get("mac") != "dsp":
+            sched["wide_weights"] = False
+        return sched
+
     def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
         """Widest column tile (64 int8 columns fill an AVX-512 vector), then as many rows (<= 4) as
         keep <= 256 int32 accumulators; int16 products where exact. On targets with the DSP
         extension / MVE the SIMD dot products (measured in QEMU, benchmarks/kernels.py): small
-        register blocks of columns x rows, dsp with its weights stored pre-split (``wide_weights``)."""
+        register blocks of columns x rows; dsp unpacks int8 weights with SXTB16 (the pre-split int16
+        weights of ``wide_weights`` measured 1.4x slower on both NOTES.md FC shapes on the M4: twice
+        the loads for one FC row, found by the tuner)."""
         from tinyc.schedule import isa_of  # (tinyc.schedule imports tinyc.ops)
         ks = self.knobs(node, graph)
         s = {k: v[0] for k, v in ks.items()}
+        if target == "opencl":  # one output column per work-item (parallel_for over n0), int32 products
+            return dict(s, n_tile=1, m_tile=1, mac="i32" if "i32" in ks["mac"] else ks["mac"][0], wide_weights=False)
         fits = [r for r in ks["m_tile"] if r * s["n_tile"] <= 256]
         s["m_tile"] = max(fits) if fits else 1
         simd = next((f for f in reversed(SIMD_FORMS) if f in isa_of(target) and f in ks["mac"]), None)
         if simd is not None:
             n, m = SIMD_BLOCK[simd]
             s.update(mac=simd, n_tile=max([t for t in ks["n_tile"] if t <= n] or [1]),
-                     m_tile=max([t for t in ks["m_tile"] if t <= m] or [1]), wide_weights=simd == "dsp")
+                     m_tile=max([t for t in ks["m_tile"] if t <= m] or [1]), wide_weights=False)
         return s
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:

@@ -34,13 +34,29 @@ def knob_allowed(opdef: Any, knob: str, value: Any, target: str) -> bool:
     return need is None or need in isa_of(target)
 
 
+#: Knobs of the launch rather than the kernel code, per target: OpenCL work-items per work-group
+#: (0: the driver chooses). The kernel templates never read them; the runner does.
+LAUNCH_KNOBS: dict[str, dict[str, list[Any]]] = {"opencl": {"local_size": [0, 16, 32, 64, 128, 256]}}
+
+
+def target_knobs(opdef: Any, node: Any, graph: Graph, target: str) -> dict[str, list[Any]]:
+    """The op's knobs plus the target's launch knobs (for ops that have generated code)."""
+    knobs = dict(opdef.knobs(node, graph))
+    if not opdef.alias and opdef.template is not None:
+        knobs.update(LAUNCH_KNOBS.get(target, {}))
+    return knobs
+
+
 def default_schedules(graph: Graph, target: str = "host") -> dict[str, dict[str, Any]]:
     """The untuned schedule per node: a pure function of shapes and target (like CMSIS-NN's variant choice)."""
     result: dict[str, dict[str, Any]] = {}
     for node in graph.nodes:
         opdef = get_op(node.op)
         sched = opdef.default_schedule(node, graph, target)
-        knobs = opdef.knobs(node, graph)
+        knobs = target_knobs(opdef, node, graph, target)
+        for k, v in LAUNCH_KNOBS.get(target, {}).items():
+            if k in knobs:
+                sched = {**sched, k: v[0]}
         for k, v in sched.items():
             if k in knobs and v not in knobs[k]:
                 raise ValueError(f"default schedule of {node.op} sets {k}={v}, not among {knobs[k]}")
@@ -51,7 +67,8 @@ def default_schedules(graph: Graph, target: str = "host") -> dict[str, dict[str,
 
 
 def apply_overrides(graph: Graph, schedules: dict[str, dict[str, Any]],
-                    overrides: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
+                    overrides: Mapping[str, Mapping[str, Any]] | None,
+                    target: str = "host") -> dict[str, dict[str, Any]]:
     """Merge per-layer overrides (keyed by tinyc node name or ONNX node name) over `schedules`,
     checking each knob value against the op's legal values so a bad override is a clear error."""
     if not overrides:
@@ -63,7 +80,7 @@ def apply_overrides(graph: Graph, schedules: dict[str, dict[str, Any]],
         node = by_name.get(key) or by_source.get(key)
         if node is None:
             raise UsageError(f"schedule for unknown layer '{key}'")
-        legal = get_op(node.op).knobs(node, graph)
+        legal = target_knobs(get_op(node.op), node, graph, target)
         for k, v in knobs.items():
             if k not in legal:
                 raise UsageError(f"layer '{key}' ({node.op}) has no knob '{k}' (knobs: {', '.join(legal) or 'none'})")

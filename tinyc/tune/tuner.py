@@ -234,11 +234,11 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
         result.measure_s += time.perf_counter() - t0
 
     def _tick(counted: bool) -> None:
-        if counted:
+        best = total_best()
+        if counted:   # (round 0's partial totals, defaults still missing, are not history)
             result.trials += 1
             bar.update(1)
-        best = total_best()
-        result.history.append((result.trials, best))
+            result.history.append((result.trials, best))
         bar.set_postfix_str(f"best {best:,.0f} {measurer.units}")
 
     def _failed(c: Candidate, status: str, detail: str) -> Any:
@@ -251,6 +251,7 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
                  if knobs_id(t.default) not in tlog.measured(board_name, t.key)]
         for i in range(0, len(first), batch_size):
             run_batch(first[i:i + batch_size], counted=False)
+        result.history.append((0, total_best()))
         weights = {t.key: (default_of(t) or 1.0) * t.count for t in tasks}
         measured_now = {t.key: len(tlog.measured(board_name, t.key)) for t in tasks}
         budget = allocate(weights, trials, minimum=1, measured=measured_now,
