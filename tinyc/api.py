@@ -88,7 +88,7 @@ def compile(model: Any, output_dir: str | os.PathLike, target: str = "host",
             calib: Any = None, calib_method: str = "minmax", board: str | None = None,
             board_dir: str | os.PathLike | None = None, format: str = "project",
             io_dtype: str = "float", schedules: Mapping[str, Mapping[str, Any]] | None = None,
-            tuning_log: str | os.PathLike | None = None) -> CompileResult:
+            tuning_log: str | os.PathLike | None = None, device: str | None = None) -> CompileResult:
     """Compile `model` to C in `output_dir` (sources, CMake project, report.json).
     quantize/calib/calib_method: see `load` (int8 post-training quantization).
     board: a board definition (boards/*.toml, or `board_dir`) — writes a firmware project for it
@@ -98,7 +98,8 @@ def compile(model: Any, output_dir: str | os.PathLike, target: str = "host",
     io_dtype: "float" (default) or "int8" — see `prepare`.
     tuning_log: a `tinyc tune` log; each layer takes the fastest exact schedule the log holds for
     this target (board) and layer, the default where it has none. schedules: explicit per-layer
-    knob overrides (keyed by node or ONNX node name), applied last."""
+    knob overrides (keyed by node or ONNX node name), applied last. device: with target "opencl"
+    and a tuning log, whose records to take ("platform:device"; default: the log's one device)."""
     from tinyc.codegen import generate
     from tinyc.targets import host
     from tinyc.targets.boards import load_board
@@ -126,7 +127,11 @@ def compile(model: Any, output_dir: str | os.PathLike, target: str = "host",
     tuned: dict[str, Any] = {}
     if tuning_log is not None:
         from tinyc.tune.apply import schedules_from_log
-        tuned = schedules_from_log(graph, tuning_log, target_name, sched_target)
+        log_board = target_name
+        if board_def is None and target == "opencl":
+            from tinyc.tune.apply import opencl_log_board
+            log_board = opencl_log_board(tuning_log, device)
+        tuned = schedules_from_log(graph, tuning_log, log_board, sched_target)
         chosen = apply_overrides(graph, chosen, tuned)
     chosen = apply_overrides(graph, chosen, schedules, sched_target)
     gen = generate(graph, prefix=name, target=sched_target, schedules=chosen)
@@ -306,9 +311,24 @@ def run_on_board(project_dir: str | os.PathLike, inputs: Any, port: str | None =
 
 
 def profile(project_dir: str | os.PathLike, inputs: Any = None, port: str | None = None,
-            **options: Any) -> dict[str, Any]:
-    """Per-layer counts, MACs, MACs per count and share on the board (one inference)."""
+            device: str | None = None, repeat: int = 10, **options: Any) -> dict[str, Any]:
+    """Per-layer counts, MACs, MACs per count and share on the board (one inference), or for an
+    OpenCL folder per-kernel device nanoseconds on `device` (median of `repeat` inferences)."""
     from tinyc.device.runner import profile_on_device
+    from tinyc.targets import host
+    if host.load_manifest(Path(project_dir)).get("target") == "opencl":
+        from tinyc.targets.host import batch_size, resolve_input_names, sample
+        from tinyc.targets.opencl_profile import profile_opencl
+        feeds = None
+        if inputs is not None:
+            manifest = host.load_manifest(Path(project_dir))
+            data = resolve_input_names(manifest, _load_inputs(inputs))
+            _, mode = batch_size(manifest, data)
+            from tinyc.quantize.io import to_model_input
+            feeds = {s["name"]: to_model_input(s, sample(data[s["name"]], s["shape"], mode, 0)) for s in manifest["inputs"]}
+        return profile_opencl(project_dir, feeds, device=device, repeat=repeat)
+    if device is not None:
+        raise UsageError("--device is for folders compiled with --target opencl")
     return profile_on_device(project_dir, _load_inputs(inputs) if inputs is not None else None, port=port,
                              **options)
 

@@ -42,7 +42,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
                   io_layout=args.io_layout, cflags=args.cflags, build=args.build, bind=_bindings(args.bind),
                   quantize=args.quantize, calib=args.calib, calib_method=args.calib_method,
                   board=args.board, board_dir=args.board_dir, format=args.format, io_dtype=args.io_dtype,
-                  tuning_log=args.tuning_log)
+                  tuning_log=args.tuning_log, device=args.device)
     r = res.report
     print(f"compiled '{r['model']}' for {r['target']}{' (' + args.format + ')' if args.board else ''} "
           f"-> {res.output_dir}")
@@ -115,7 +115,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
     from tinyc.api import profile
     from tinyc.device.runner import profile_table
-    p = profile(args.project, args.input, port=args.port)
+    p = profile(args.project, args.input, port=args.port, device=args.device, repeat=args.repeat)
     print(f"profile of '{p['model']}' on {p['board']}")
     print(profile_table(p))
     if args.json:
@@ -168,7 +168,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     res = tune(args.model, board=args.board, trials=args.trials, log=args.log, input_shapes=args.input_shape,
                io_layout=args.io_layout, quantize=args.quantize, calib=args.calib, calib_method=args.calib_method,
                io_dtype=args.io_dtype, board_dir=args.board_dir, ram_budget=args.ram_budget, search=args.search,
-               batch_size=args.batch_size, seed=args.seed, repeat=args.repeat, port=args.port, work_dir=args.work_dir)
+               batch_size=args.batch_size, seed=args.seed, repeat=args.repeat, port=args.port, work_dir=args.work_dir,
+               target=args.target, device=args.device)
     print(result_table(res))
     if args.json:
         import dataclasses
@@ -234,11 +235,17 @@ def build_parser() -> argparse.ArgumentParser:
     calib_args(sp)
     sp.add_argument("--tuning-log", metavar="LOG.jsonl",
                     help="use the fastest exact schedule per layer from a `tinyc tune` log for this board/target")
+    sp.add_argument("--device", help="--target opencl with --tuning-log: whose records (PLATFORM:DEVICE; default "
+                                     "the log's one OpenCL device)")
     sp.set_defaults(func=_cmd_compile)
 
     sp = sub.add_parser("tune", help="search kernel schedules per layer on the board (or host) and log them")
     model_args(sp)
     sp.add_argument("--board", help="tune on this board (see `tinyc boards`); default: the host")
+    sp.add_argument("--target", choices=["host", "opencl"],
+                    help="without --board: host (C on this machine, default) or opencl (kernels on an OpenCL device)")
+    sp.add_argument("--device", help="--target opencl: PLATFORM:DEVICE (see `tinyc devices`; default the first "
+                                     "GPU, else the first device)")
     board_dir_arg(sp)
     port_arg(sp)
     sp.add_argument("--quantize", choices=["auto", "int8", "none"], default="auto",
@@ -253,7 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--batch-size", type=int, default=16, help="candidates per firmware image (default 16)")
     sp.add_argument("--ram-budget", type=int, metavar="BYTES",
                     help="never build candidates whose scratch would push the arena above this")
-    sp.add_argument("--repeat", type=int, help="runs per candidate, median taken (default: 3 on a board, 15 on the host)")
+    sp.add_argument("--repeat", type=int, help="runs per candidate, median taken (default: 3 on a board, 15 on the "
+                                               "host, 10 on an OpenCL device)")
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--work-dir", help="keep the candidate firmware projects here (default: a temporary folder)")
     sp.add_argument("--json", help="write the per-layer results here")
@@ -304,10 +312,13 @@ def build_parser() -> argparse.ArgumentParser:
     port_arg(sp)
     sp.set_defaults(func=_cmd_validate)
 
-    sp = sub.add_parser("profile", help="per-layer counts, MACs, MACs per count, share of total on the device")
-    sp.add_argument("project", help="firmware project written by `tinyc compile --board`")
+    sp = sub.add_parser("profile", help="per-layer counts (or OpenCL kernel times), MACs, MACs per count, share")
+    sp.add_argument("project", help="firmware project written by `tinyc compile --board`, or an OpenCL folder "
+                                    "(`--target opencl`: per-kernel device times from event profiling)")
     sp.add_argument("--input", help=".npz to profile on (first sample; default zeros)")
     sp.add_argument("--json", help="write the profile here")
+    sp.add_argument("--device", help="OpenCL folders: PLATFORM:DEVICE (see `tinyc devices`)")
+    sp.add_argument("--repeat", type=int, default=10, help="OpenCL folders: inferences, median taken (default 10)")
     port_arg(sp)
     sp.set_defaults(func=_cmd_profile)
     return p

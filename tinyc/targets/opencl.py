@@ -194,6 +194,7 @@ class OpenCLModel:
         self.inputs = self.manifest["inputs"]
         self.outputs = self.manifest["outputs"]
         self.last_times_ns: list[int] = []
+        self.last_span_ns = 0
 
     def _check_limits(self, spec: dict[str, Any]) -> None:
         """A buffer beyond the device's allocation limit is refused with the numbers, before
@@ -230,8 +231,8 @@ class OpenCLModel:
                 cl.enqueue_copy(self.queue, self.arena, arr, dst_offset=int(place["offset"]), is_blocking=False)
         events = []
         try:
-            for _, kern, (gsize, lsize) in self.kernels:
-                events.append(cl.enqueue_nd_range_kernel(self.queue, kern, gsize, lsize))
+            for position in range(len(self.kernels)):
+                events.append(self.launch(position))
             outs = {}
             for spec, place in zip(self.outputs, io["outputs"]):
                 arr = np.empty(spec["shape"], dtype=spec["dtype"])
@@ -244,7 +245,13 @@ class OpenCLModel:
             raise RunError(f"OpenCL run failed on {self.device.name.strip()}: {exc}") from None
         if self.profile:
             self.last_times_ns = [int(e.profile.end - e.profile.start) for e in events]
+            self.last_span_ns = int(events[-1].profile.end - events[0].profile.start) if events else 0
         return outs
+
+    def launch(self, position: int) -> Any:
+        """Enqueue the kernel at `position` (program order) with its launch sizes; its event."""
+        _, kern, (gsize, lsize) = self.kernels[position][:3]
+        return _cl().enqueue_nd_range_kernel(self.queue, kern, gsize, lsize)
 
     def kernel_times(self) -> list[dict[str, Any]]:
         """Per-kernel device time of the last inference (needs profile=True)."""

@@ -34,3 +34,26 @@ def schedules_from_log(graph: Graph, log_path: str | os.PathLike, board: str, ta
         if all(k in legal and v in legal[k] and knob_allowed(opdef, k, v, target) for k, v in knobs.items()):
             chosen[node.name] = knobs
     return chosen
+
+
+def opencl_log_board(log_path: str | os.PathLike, device: str | None = None) -> str:
+    """Which device's records an OpenCL compile takes: the log keys them "opencl:<device name>".
+    `device` ("platform:device") names it; without it, the one OpenCL device the log has ok
+    records for, and with several the default device's (the first GPU, else the first device)."""
+    from tinyc.errors import UsageError
+    from tinyc.tune.log import TuningLog
+    if device is not None:
+        from tinyc.targets.opencl_profile import device_name
+        return f"opencl:{device_name(device)}"
+    if not os.path.isfile(log_path):
+        raise UsageError(f"tuning log {log_path} does not exist")
+    boards = sorted({r["board"] for r in TuningLog(log_path).records()
+                     if str(r.get("board", "")).startswith("opencl:") and r.get("status") == "ok"})
+    if len(boards) <= 1:
+        return boards[0] if boards else "opencl:"
+    from tinyc.targets.opencl_profile import device_name
+    mine = f"opencl:{device_name(None)}"
+    if mine in boards:
+        return mine
+    raise UsageError(f"tuning log {log_path} holds records for {len(boards)} OpenCL devices "
+                     f"({', '.join(b[7:] for b in boards)}): choose one with --device")

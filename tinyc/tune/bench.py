@@ -133,3 +133,11 @@ def write_host_batch(batch: Batch, out_dir: Path, cflags: str | None = None) -> 
     gen = generate_batch(batch, "host")
     host.write_project(Path(out_dir), gen.files, gen.manifest, cflags if cflags is not None else host.default_cflags())
     return gen
+
+
+def write_opencl_batch(batch: Batch, out_dir: Path) -> Any:
+    """An OpenCL folder for the batch (one kernel per candidate, named "cand<j>:...")."""
+    from tinyc.targets import opencl
+    gen = generate_batch(batch, "opencl")
+    opencl.write_project(Path(out_dir), gen.files, gen.blobs, gen.manifest)
+    return gen

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from tinyc.errors import BuildError, DeviceError
-from tinyc.tune.bench import Batch, Candidate, write_board_batch, write_host_batch
+from tinyc.tune.bench import Batch, Candidate, write_board_batch, write_host_batch, write_opencl_batch
 
 
 @dataclass
@@ -40,10 +40,18 @@ OnResult = Callable[[Measurement], None]
 
 
 def _check(batch: Batch, j: int, data: bytes) -> str | None:
-    """None when candidate j's output bytes equal the golden outputs, else what differs."""
+    """None when candidate j's outputs equal the golden outputs (integers bit for bit, floats within
+    1e-4 of the output's scale), else what differs."""
     for (off, n, dtype, shape), want in zip(batch.output_slices[j], batch.expected[j]):
         got = np.frombuffer(data[off - batch.output_slices[j][0][0]:][:n], dtype=np.dtype(dtype).newbyteorder("<"))
         got = got.astype(np.dtype(dtype)).reshape(shape)
+        if got.dtype.kind == "f":   # float kernels may sum in another order: onnxruntime-style tolerance
+            scale = float(np.max(np.abs(want))) if want.size else 0.0
+            if np.allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, scale), equal_nan=True):
+                continue
+            bad = int(np.count_nonzero(~np.isclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, scale))))
+            return (f"{bad} of {got.size} output values differ from the golden model beyond tolerance "
+                    f"(max |diff| {float(np.nanmax(np.abs(got - want))):.3g})")
         if not np.array_equal(got, want):
             bad = int(np.count_nonzero(got != want))
             diff = int(np.max(np.abs(got.astype(np.int64) - want.astype(np.int64)))) if got.dtype.kind in "iu" else \
@@ -184,72 +192,150 @@ class HostMeasurer:
         sizes = [int(np.prod(s["shape"], dtype=np.int64)) * np.dtype(s["dtype"]).itemsize for s in manifest["outputs"]]
         counts = [len(sl) for sl in batch.output_slices]
         first = [sum(counts[:j]) for j in range(len(counts))]
-        pending = list(range(len(batch.candidates)))
-        results: list[Measurement] = []
-        while pending:
-            spec = {"inputs": inputs, "output_bytes": sizes, "candidates": pending, "repeat": self.repeat,
-                    "warmup": self.warmup, "first": first, "last": [f + c for f, c in zip(first, counts)]}
-            seen, timed_out = self._run_child(lib, spec, batch, results, on_result)
-            pending = pending[seen:]
-            if pending and not timed_out:   # the child died inside pending[0]
-                j = pending.pop(0)
-                m = Measurement(batch.candidates[j], "crash", detail="the host process running it died")
-                results.append(m)
-                on_result(m)
-        return results
+        base = {"inputs": inputs, "output_bytes": sizes, "repeat": self.repeat, "warmup": self.warmup,
+                "first": first, "last": [f + c for f, c in zip(first, counts)]}
+        return measure_in_child([sys.executable, "-c", _HOST_WORKER, str(lib)], base, batch, on_result,
+                                self.timeout, lambda rec: b"".join(bytes.fromhex(h) for h in rec["out"]))
 
-    def _run_child(self, lib: Path, spec: dict[str, Any], batch: Batch, results: list[Measurement],
-                   on_result: OnResult) -> tuple[int, bool]:
-        env = dict(os.environ)
-        proc = subprocess.Popen([sys.executable, "-c", _HOST_WORKER, str(lib)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(json.dumps(spec) + "\n")
-        proc.stdin.close()
-        seen = 0
-        timed_out = False
-        lines: "queue.Queue[str | None]" = queue.Queue()
 
-        def pump() -> None:
-            assert proc.stdout is not None
-            for text in proc.stdout:
-                lines.put(text)
-            lines.put(None)
+def measure_in_child(argv: list[str], base_spec: Mapping[str, Any], batch: Batch, on_result: OnResult,
+                     timeout: float, output_of: Callable[[dict[str, Any]], bytes]) -> list[Measurement]:
+    """Run a worker process over the batch's candidates: it prints one JSON line per candidate
+    ({"j", "ns", ...}; `output_of` gets the output bytes from it). A candidate that kills the
+    worker is a crash, one that gives no line within `timeout` a timeout; a fresh worker goes
+    on with the rest, so one bad kernel never takes the tuner (or the batch) down."""
+    pending = list(range(len(batch.candidates)))
+    results: list[Measurement] = []
+    while pending:
+        spec = dict(base_spec, candidates=pending)
+        seen, timed_out = _run_worker(argv, spec, batch, results, on_result, timeout, output_of)
+        pending = pending[seen:]
+        if pending and not timed_out:   # the child died inside pending[0]
+            j = pending.pop(0)
+            m = Measurement(batch.candidates[j], "crash", detail="the process running it died")
+            results.append(m)
+            on_result(m)
+    return results
 
-        threading.Thread(target=pump, daemon=True).start()
-        try:
-            while True:
-                try:
-                    line = lines.get(timeout=self.timeout)
-                except queue.Empty:       # a hung candidate: no result within the timeout
-                    proc.kill()
-                    j = spec["candidates"][seen]
-                    m = Measurement(batch.candidates[j], "timeout", detail=f"no result within {self.timeout:.0f} s")
-                    results.append(m)
-                    on_result(m)
-                    seen += 1
-                    timed_out = True
-                    break
-                if line is None:
-                    break
-                rec = json.loads(line)
-                j = rec["j"]
-                data = b"".join(bytes.fromhex(h) for h in rec["out"])
-                wrong = _check(batch, j, data) if data else "no output"
-                m = Measurement(batch.candidates[j], "wrong" if wrong else "ok", float(statistics.median(rec["ns"])),
-                                [float(t) for t in rec["ns"]], wrong or "")
+
+def _run_worker(argv: list[str], spec: dict[str, Any], batch: Batch, results: list[Measurement],
+                on_result: OnResult, timeout: float, output_of: Callable[[dict[str, Any]], bytes]) -> tuple[int, bool]:
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env=dict(os.environ))
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps(spec) + "\n")
+    proc.stdin.close()
+    seen = 0
+    timed_out = False
+    lines: "queue.Queue[str | None]" = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for text in proc.stdout:
+            lines.put(text)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        while True:
+            try:
+                line = lines.get(timeout=timeout)
+            except queue.Empty:       # a hung candidate: no result within the timeout
+                proc.kill()
+                j = spec["candidates"][seen]
+                m = Measurement(batch.candidates[j], "timeout", detail=f"no result within {timeout:.0f} s")
                 results.append(m)
                 on_result(m)
                 seen += 1
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-        return seen, timed_out
+                timed_out = True
+                break
+            if line is None:
+                break
+            rec = json.loads(line)
+            j = rec["j"]
+            data = output_of(rec)
+            wrong = _check(batch, j, data) if data else "no output"
+            m = Measurement(batch.candidates[j], "wrong" if wrong else "ok", float(statistics.median(rec["ns"])),
+                            [float(t) for t in rec["ns"]], wrong or "")
+            results.append(m)
+            on_result(m)
+            seen += 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    return seen, timed_out
+
+
+_OPENCL_WORKER = r"""
+import json, sys
+import numpy as np
+from tinyc.targets.opencl import OpenCLModel
+from tinyc.targets.opencl_profile import read_arena, time_kernels, write_arena_inputs
+spec = json.loads(sys.stdin.readline())
+model = OpenCLModel(spec["dir"], device=spec["device"], profile=True)
+with np.load(spec["inputs"]) as data:
+    write_arena_inputs(model, {k: data[k] for k in data.files})
+for j in spec["candidates"]:
+    ns = time_kernels(model, spec["positions"][j], spec["warmup"], spec["repeat"])
+    out = b"".join(read_arena(model, off, n, buf) for off, n, buf in spec["outputs"][j])
+    path = spec["dir"] + f"/cand{j}.out"
+    with open(path, "wb") as f:
+        f.write(out)
+    print(json.dumps({"j": j, "ns": ns, "out": path}), flush=True)
+"""
+
+
+class OpenCLMeasurer:
+    """Candidates as kernels of one OpenCL program per batch, timed by event profiling (median of
+    `repeat` after `warmup`) in a child process on the chosen device, outputs checked against the
+    golden model like every other target (int8 bit for bit)."""
+
+    def __init__(self, work_dir: Path, device: str | None = None, repeat: int = 10, warmup: int = 2,
+                 timeout: float = 120.0) -> None:
+        from tinyc.targets.opencl_profile import device_name
+        self.work_dir, self.device, self.repeat, self.warmup, self.timeout = Path(work_dir), device, repeat, warmup, timeout
+        self.device_name = device_name(device)
+        self.units = "ns"
+        self.target = "opencl"
+        self.board = {"name": f"opencl:{self.device_name}", "cpu": {"core": "opencl"}}
+        self.builds = 0
+
+    def prepare(self, batch: Batch, name: str) -> Path:
+        """Write the batch's OpenCL folder and build its program once here, so a kernel that does
+        not compile is a BuildError with the driver's log (the worker's build is then a cache hit
+        for drivers that cache binaries, as PoCL does)."""
+        from tinyc.targets.opencl import OpenCLModel
+        out = self.work_dir / "candidates"
+        write_opencl_batch(batch, out)
+        OpenCLModel(out, device=self.device)
+        self.builds += 1
+        return out
+
+    def measure(self, batch: Batch, project: Path, on_result: OnResult) -> list[Measurement]:
+        from tinyc.targets.host import load_manifest
+        manifest = load_manifest(project)
+        spec = manifest["opencl"]
+        np.savez(project / "batch_inputs.npz", **{s["name"]: np.asarray(batch.inputs[s["name"]])
+                                                  for s in manifest["inputs"]})
+        counts = [len(sl) for sl in batch.output_slices]
+        first = [sum(counts[:j]) for j in range(len(counts))]
+        n = len(batch.candidates)
+        positions = [[p for p, k in enumerate(spec["kernels"]) if str(k["name"]).startswith(f"cand{j}:")] for j in range(n)]
+        places = spec["outputs"]
+        outputs = [[(int(places[i]["offset"]), int(places[i]["bytes"]), places[i].get("buffer", "arena"))
+                    for i in range(first[j], first[j] + counts[j])] for j in range(n)]
+        base = {"dir": str(project), "device": self.device, "inputs": str(project / "batch_inputs.npz"),
+                "positions": positions, "outputs": outputs, "warmup": self.warmup, "repeat": self.repeat}
+        return measure_in_child([sys.executable, "-c", _OPENCL_WORKER], base, batch, on_result, self.timeout,
+                                lambda rec: Path(rec["out"]).read_bytes())
 
 
 def make_measurer(board: Mapping[str, Any] | None, target: str, work_dir: Path, **options: Any) -> Any:
-    """The measurer for a board (serial harness) or the host (board None)."""
+    """The measurer for a board (serial harness), an OpenCL device (target "opencl") or the host."""
+    if target == "opencl":
+        keep = {k: v for k, v in options.items() if k in ("repeat", "device")}
+        return OpenCLMeasurer(work_dir, **keep)
     if board is None:
         keep = {k: v for k, v in options.items() if k in ("repeat", "cflags")}
         return HostMeasurer(work_dir, **keep)
@@ -257,4 +343,4 @@ def make_measurer(board: Mapping[str, Any] | None, target: str, work_dir: Path, 
     return BoardMeasurer(board, target, work_dir, **keep)
 
 
-__all__ = ["BoardMeasurer", "HostMeasurer", "Measurement", "make_measurer", "BuildError"]
+__all__ = ["BoardMeasurer", "HostMeasurer", "OpenCLMeasurer", "Measurement", "make_measurer", "BuildError"]

@@ -71,11 +71,11 @@ class TuneResult:
         return self.wall_s / self.trials if self.trials else 0.0
 
 
-def board_features(board: Mapping[str, Any] | None, target: str) -> dict[str, Any]:
+def board_features(board: Mapping[str, Any] | None, target: str, name: str = "host") -> dict[str, Any]:
     """What the cost model knows of the machine (stored in every record, for transfer)."""
     from tinyc.schedule import isa_of
     if board is None:
-        return {"name": "host", "core": "host", "isa": [], "clock_hz": 0}
+        return {"name": name, "core": target, "isa": [], "clock_hz": 0}
     cpu = board.get("cpu", {})
     return {"name": board["name"], "core": cpu.get("core", "?"), "isa": sorted(isa_of(target)),
             "clock_hz": int(cpu.get("clock_hz", 0))}
@@ -124,8 +124,11 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
          calib: Any = None, calib_method: str = "minmax", io_dtype: str = "float", board_dir: Any = None,
          ram_budget: int | None = None, search: str = "model", batch_size: int = 16, seed: int = 0,
          repeat: int | None = None, port: str | None = None, work_dir: str | os.PathLike | None = None,
-         progress: bool | None = None, epsilon: float = 0.15, run_timeout: float = 10.0) -> TuneResult:
-    """Tune `model`'s layers on `board` (None: the host) with at most `trials` new measurements."""
+         progress: bool | None = None, epsilon: float = 0.15, run_timeout: float = 10.0,
+         target: str | None = None, device: str | None = None) -> TuneResult:
+    """Tune `model`'s layers on `board` (None: the host, or with target "opencl" the OpenCL
+    `device`, "platform:device", default the first GPU else the first device) with at most
+    `trials` new measurements."""
     import sys
 
     from tqdm import tqdm
@@ -144,12 +147,18 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
         raise UsageError(f"--search must be one of {', '.join(SEARCHES)}, got {search!r}")
     if trials < 0 or batch_size < 1:
         raise UsageError("--trials must be >= 0 and --batch-size >= 1")
+    if target not in (None, "host", "opencl"):
+        raise UsageError(f"--target must be host or opencl (or use --board), got {target!r}")
+    if target == "opencl" and board:
+        raise UsageError("--target opencl tunes on an OpenCL device (--device); --board is for microcontrollers")
+    if device is not None and target != "opencl":
+        raise UsageError("--device is for --target opencl")
     t_start = time.perf_counter()
     board_def = load_board(board, board_dir) if board else None
     if board_def is not None and board_def.get("kind") == "host":
         board_def = None
-    target = board_target(board_def) if board_def else "host"
-    board_name = board_def["name"] if board_def else "host"
+    target = board_target(board_def) if board_def else (target or "host")
+    board_name = board_def["name"] if board_def else target
     graph, _ = prepare(model, input_shapes, None, io_layout, bind, quantize, calib, calib_method,
                        progress=bool(progress), io_dtype=io_dtype)
     defaults = default_schedules(graph, target)
@@ -162,12 +171,14 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
         raise UsageError(f"model '{graph.name}' has no tunable layers")
     env = run_graph(graph, _sample_input(graph, calib, seed), keep_all=True)
     tlog = TuningLog(log)
-    bfeat = board_features(board_def, target)
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="tinyc-tune-"))
-    options: dict[str, Any] = {"port": port, "run_timeout": run_timeout}
+    options: dict[str, Any] = {"port": port, "run_timeout": run_timeout, "device": device}
     if repeat is not None:
         options["repeat"] = repeat
     measurer = make_measurer(board_def, target, work, **options)
+    if target == "opencl":   # the log keys OpenCL records by device: "opencl:<device name>"
+        board_name = measurer.board["name"]
+    bfeat = board_features(board_def, target, board_name)
     rng = np.random.default_rng(seed)
     model_ = CostModel(seed=seed)
     by_key = {t.key: t for t in tasks}

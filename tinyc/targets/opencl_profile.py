@@ -1,0 +1,93 @@
+"""Timing on an OpenCL device: per-layer profiles of a compiled folder (`tinyc profile`) and the
+tuner's measurement of candidate kernels, both from event profiling counters.
+
+Event times are the device's own start/end stamps of each kernel, so they exclude Python and
+driver overhead between launches; a median over repeats absorbs the noise of a shared machine.
+Kept apart from the runner (tinyc.targets.opencl), which only loads and runs a folder.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+
+def write_arena_inputs(model: Any, feeds: Mapping[str, np.ndarray]) -> None:
+    """Each model input's bytes at its arena offset (values already in the input's dtype)."""
+    import pyopencl as cl
+    for spec, place in zip(model.inputs, model.manifest["opencl"]["inputs"]):
+        arr = np.ascontiguousarray(np.asarray(feeds[spec["name"]], dtype=spec["dtype"]))
+        if arr.nbytes:
+            cl.enqueue_copy(model.queue, model.arena, arr, dst_offset=int(place["offset"]), is_blocking=True)
+
+
+def read_arena(model: Any, offset: int, nbytes: int, buffer: str = "arena") -> bytes:
+    import pyopencl as cl
+    out = np.empty(max(0, nbytes), dtype=np.uint8)
+    if nbytes:
+        cl.enqueue_copy(model.queue, out, model.weights if buffer == "weights" else model.arena,
+                        src_offset=int(offset), is_blocking=True)
+    return out.tobytes()
+
+
+def time_kernels(model: Any, positions: Sequence[int], warmup: int, repeat: int) -> list[float]:
+    """Device nanoseconds of running the kernels at `positions` (in order) once, `repeat` times
+    after `warmup` untimed runs: per run, first kernel's start to last kernel's end."""
+    times: list[float] = []
+    for r in range(warmup + repeat):
+        events = [model.launch(p) for p in positions]
+        model.queue.finish()
+        if r >= warmup and events:
+            times.append(float(events[-1].profile.end - events[0].profile.start))
+    return times
+
+
+def profile_opencl(out_dir: str | Path, feeds: Mapping[str, np.ndarray] | None, device: str | None = None,
+                   repeat: int = 10) -> dict[str, Any]:
+    """Per-kernel device time (median of `repeat` inferences after one warm-up), MACs from
+    report.json, MACs per ns and share; plus the whole inference's median (first kernel's start
+    to last kernel's end, launch gaps included) — the same shape as a board's profile."""
+    from tinyc.targets.opencl import OpenCLModel
+    out = Path(out_dir)
+    model = OpenCLModel(out, device=device, profile=True)
+    if feeds is None:
+        feeds = {s["name"]: np.zeros(s["shape"], s["dtype"]) for s in model.inputs}
+    report = json.loads((out / "report.json").read_text())
+    macs_by_kernel: dict[int, int] = {}
+    for layer in report.get("layers", []):
+        if layer.get("kernel") is not None:
+            macs_by_kernel[int(layer["kernel"])] = macs_by_kernel.get(int(layer["kernel"]), 0) + int(layer["macs"])
+    per_kernel: list[list[float]] = [[] for _ in model.kernels]
+    whole: list[float] = []
+    model(feeds)   # warm-up: first launches pay for the driver's lazy setup
+    for _ in range(max(1, repeat)):
+        model(feeds)
+        times = model.last_times_ns
+        for i, t in enumerate(times):
+            per_kernel[i].append(float(t))
+        whole.append(float(model.last_span_ns))
+    med = [statistics.median(t) if t else 0.0 for t in per_kernel]
+    total = sum(med)
+    layers = []
+    for i, (entry, t) in enumerate(zip(model.manifest["opencl"]["kernels"], med)):
+        macs = macs_by_kernel.get(int(entry["index"]), 0)
+        layers.append({"index": i, "name": entry["name"], "op": entry["op"], "ns": round(t, 1), "macs": macs,
+                       "macs_per_n": macs / t if t else 0.0, "share": t / total if total else 0.0,
+                       "global_size": int(entry["global_size"]), "local_size": int(entry.get("local_size", 0))})
+    total_macs = sum(macs_by_kernel.values())
+    run = statistics.median(whole)
+    name = model.device.name.strip()
+    return {"board": f"opencl:{name}", "model": model.manifest["model"], "units": "ns",
+            "units_note": f"OpenCL event profiling on {name}; median of {max(1, repeat)} inferences; "
+                          "RUN spans the first kernel's start to the last one's end",
+            "layers": layers, "layers_total": total, "run_total": run, "macs": total_macs,
+            "macs_per_n": total_macs / run if run else 0.0, "repeat": max(1, repeat)}
+
+
+def device_name(spec: str | None) -> str:
+    """The name of the device `spec` selects (as the tuning log keys it: "opencl:<name>")."""
+    from tinyc.targets.opencl import select_device
+    return str(select_device(spec).name.strip())
