@@ -169,7 +169,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                io_layout=args.io_layout, quantize=args.quantize, calib=args.calib, calib_method=args.calib_method,
                io_dtype=args.io_dtype, board_dir=args.board_dir, ram_budget=args.ram_budget, search=args.search,
                batch_size=args.batch_size, seed=args.seed, repeat=args.repeat, port=args.port, work_dir=args.work_dir,
-               target=args.target, device=args.device)
+               target=args.target, device=args.device, jobs=args.jobs if args.jobs is not None else 1,
+               cluster=args.cluster, retries=args.retries, cluster_timeout=args.cluster_timeout)
     print(result_table(res))
     if args.json:
         import dataclasses
@@ -177,6 +178,22 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                                                "log": str(res.log), "default_total": res.default_total,
                                                "tuned_total": res.tuned_total}, indent=2) + "\n")
     print(f"log: {res.log} (compile with --tuning-log {res.log})")
+    return 0
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from tinyc.tune.farm import parse_boards, run_worker
+    ports, resources = parse_boards(args.board, args.emulated, args.board_dir)
+    return run_worker(args.address, ports, resources, nthreads=args.nthreads, name=args.name,
+                      nanny=not args.no_nanny, timeout=args.timeout)
+
+
+def _cmd_farm(args: argparse.Namespace) -> int:
+    from tinyc.tune.farm import farm_status, status_table
+    status = farm_status(args.address, timeout=args.timeout)
+    print(status_table(status))
+    if args.json:
+        Path(args.json).write_text(json.dumps(status, indent=2) + "\n")
     return 0
 
 
@@ -265,7 +282,40 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--work-dir", help="keep the candidate firmware projects here (default: a temporary folder)")
     sp.add_argument("--json", help="write the per-layer results here")
+    sp.add_argument("--jobs", type=int, metavar="N",
+                    help="this machine: N parallel firmware builds and, for an emulated board, N QEMU boards "
+                         "measuring at once (default 1; a real board, the host and OpenCL measure one batch at a time)")
+    sp.add_argument("--cluster", metavar="ADDRESS",
+                    help="a tuning farm: the Dask scheduler (tcp://host:8786) whose workers hold the board "
+                         "(`tinyc worker`); builds run on any worker, measurements on the board's workers")
+    sp.add_argument("--retries", type=int, default=2,
+                    help="--cluster: times a batch whose worker was lost is tried again before its candidates "
+                         "are logged as crashes (default 2)")
+    sp.add_argument("--cluster-timeout", type=float, default=10.0, metavar="S",
+                    help="--cluster: seconds to wait for the scheduler (default 10)")
     sp.set_defaults(func=_cmd_tune)
+
+    sp = sub.add_parser("worker", help="join a tuning farm (a Dask scheduler) with the boards attached here")
+    sp.add_argument("address", help="the Dask scheduler, e.g. tcp://sched:8786 (start one with `dask scheduler`)")
+    sp.add_argument("--board", action="append", metavar="NAME=PORT",
+                    help="a real board on a serial port (repeatable: one per attached board)")
+    sp.add_argument("--emulated", action="append", metavar="NAME:N",
+                    help="N emulated boards (QEMU processes) of an emulated board definition (repeatable)")
+    board_dir_arg(sp)
+    sp.add_argument("--nthreads", type=int, help="task threads (default: boards + 1)")
+    sp.add_argument("--name", help="worker name shown by `tinyc farm status`")
+    sp.add_argument("--no-nanny", action="store_true",
+                    help="run the worker in this process (default: a nanny process restarts it if it dies)")
+    sp.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the scheduler (default 30)")
+    sp.set_defaults(func=_cmd_worker)
+
+    sp = sub.add_parser("farm", help="a tuning farm's state")
+    farm_sub = sp.add_subparsers(dest="farm_command", required=True)
+    fs = farm_sub.add_parser("status", help="workers, their boards, busy/idle, measurements per minute")
+    fs.add_argument("address", help="the Dask scheduler, e.g. tcp://sched:8786")
+    fs.add_argument("--json", help="also write the status here")
+    fs.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the scheduler (default 10)")
+    fs.set_defaults(func=_cmd_farm)
 
     sp = sub.add_parser("quantize", help="int8-quantize a float model: QDQ ONNX export and accuracy report")
     sp.add_argument("model", help="ONNX model file")

@@ -74,25 +74,37 @@ class _Restart(Exception):
     """A candidate ended the device session: start a fresh one for the rest of the batch."""
 
 
+class BoardUnavailable(DeviceError):
+    """Two sessions in a row could not even start on this board (port gone, board unplugged,
+    emulator not starting). On a farm that is the worker's fault, not the batch's: the batch is
+    given back to be measured on another board instead of being logged as crashes."""
+
+
 class BoardMeasurer:
     """Candidates on a board (emulated or real) over the serial harness."""
 
     def __init__(self, board: Mapping[str, Any], target: str, work_dir: Path, repeat: int | None = None,
-                 run_timeout: float = 10.0, port: str | None = None) -> None:
+                 run_timeout: float = 10.0, port: str | None = None, lost_board: str = "record") -> None:
+        """`lost_board`: what two failed session starts in a row mean — "record" (one board: the
+        rest of the batch is logged as crashes) or "raise" (a farm: BoardUnavailable, the batch
+        goes to another board)."""
         from tinyc.device.runner import counter_units
+        if lost_board not in ("record", "raise"):
+            raise ValueError(f"lost_board must be 'record' or 'raise', got {lost_board!r}")
         self.board, self.target, self.work_dir = dict(board), target, Path(work_dir)
         # an emulated board's counts are deterministic (to a SysTick tick): one run says it all
         self.repeat = repeat if repeat is not None else (1 if self.board.get("emulated") else 3)
-        self.run_timeout, self.port = run_timeout, port
+        self.run_timeout, self.port, self.lost_board = run_timeout, port, lost_board
         self.units = counter_units(self.board).name
         self.builds = 0
 
-    def prepare(self, batch: Batch, name: str) -> Path:
-        """Write and cross-compile the batch firmware (BuildError when it does not build or fit).
-        Every batch reuses one project folder: CMake's configuration and the runtime's objects stay
-        built, only the model sources are recompiled."""
+    def prepare(self, batch: Batch, name: str, out: Path | None = None) -> Path:
+        """Write and cross-compile the batch firmware into `out` (BuildError when it does not build
+        or fit). By default every batch reuses one project folder, `work_dir/candidates`: CMake's
+        configuration and the runtime's objects stay built, only the model sources are recompiled;
+        parallel builds pass one folder per builder (tinyc.tune.executor.BuildFolders)."""
         from tinyc.targets.board import build_board_project
-        out = self.work_dir / "candidates"
+        out = Path(out) if out is not None else self.work_dir / "candidates"
         write_board_batch(batch, out, self.board, self.target)
         build_board_project(out, progress=False)
         self.builds += 1
@@ -138,6 +150,10 @@ class BoardMeasurer:
                 continue
             except DeviceError as exc:
                 failed_sessions += 1
+                if failed_sessions >= 2 and self.lost_board == "raise":
+                    raise BoardUnavailable(f"{self.board['name']}"
+                                           f"{' on ' + self.port if self.port else ''}: two sessions in a row "
+                                           f"failed to start: {str(exc).splitlines()[0][:300]}") from None
                 if failed_sessions >= 2:   # the firmware itself cannot start: the rest of the batch fails
                     for j in pending:
                         done(Measurement(batch.candidates[j], "crash", detail=f"session failed: {exc}"[:300]))
@@ -176,9 +192,10 @@ class HostMeasurer:
         self.board = {"name": "host", "cpu": {"core": "host"}}
         self.builds = 0
 
-    def prepare(self, batch: Batch, name: str) -> Path:
+    def prepare(self, batch: Batch, name: str, out: Path | None = None) -> Path:
+        """Write and build the batch's shared library into `out` (default `work_dir/candidates`)."""
         from tinyc.targets import host
-        out = self.work_dir / "candidates"
+        out = Path(out) if out is not None else self.work_dir / "candidates"
         write_host_batch(batch, out, self.cflags)
         host.build(out)
         self.builds += 1
@@ -301,12 +318,12 @@ class OpenCLMeasurer:
         self.board = {"name": f"opencl:{self.device_name}", "cpu": {"core": "opencl"}}
         self.builds = 0
 
-    def prepare(self, batch: Batch, name: str) -> Path:
-        """Write the batch's OpenCL folder and build its program once here, so a kernel that does
-        not compile is a BuildError with the driver's log (the worker's build is then a cache hit
-        for drivers that cache binaries, as PoCL does)."""
+    def prepare(self, batch: Batch, name: str, out: Path | None = None) -> Path:
+        """Write the batch's OpenCL folder (`out`, default `work_dir/candidates`) and build its
+        program once here, so a kernel that does not compile is a BuildError with the driver's log
+        (the worker's build is then a cache hit for drivers that cache binaries, as PoCL does)."""
         from tinyc.targets.opencl import OpenCLModel
-        out = self.work_dir / "candidates"
+        out = Path(out) if out is not None else self.work_dir / "candidates"
         write_opencl_batch(batch, out)
         OpenCLModel(out, device=self.device)
         self.builds += 1
@@ -339,8 +356,9 @@ def make_measurer(board: Mapping[str, Any] | None, target: str, work_dir: Path, 
     if board is None:
         keep = {k: v for k, v in options.items() if k in ("repeat", "cflags")}
         return HostMeasurer(work_dir, **keep)
-    keep = {k: v for k, v in options.items() if k in ("repeat", "run_timeout", "port")}
+    keep = {k: v for k, v in options.items() if k in ("repeat", "run_timeout", "port", "lost_board")}
     return BoardMeasurer(board, target, work_dir, **keep)
 
 
-__all__ = ["BoardMeasurer", "HostMeasurer", "OpenCLMeasurer", "Measurement", "make_measurer", "BuildError"]
+__all__ = ["BoardMeasurer", "BoardUnavailable", "HostMeasurer", "OpenCLMeasurer", "Measurement", "make_measurer",
+           "BuildError"]

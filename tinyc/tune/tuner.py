@@ -10,6 +10,11 @@
    moment it exists, so an interrupted run resumes with nothing lost and nothing measured twice.
 4. After each batch the cost model is refit on every record in the log — other models' and other
    boards' too (their task and board features are stored in the records): tuning starts warm.
+5. Batches are built and measured by an executor (tinyc/tune/executor.py): this machine with
+   `jobs` builders and as many emulated boards, or a Dask farm (`cluster`). Up to the executor's
+   capacity batches are in flight; as each finishes, its records are written (here, the log's only
+   writer), the model refit and the next batch proposed, never repeating a candidate in flight.
+   With one job this is the sequential loop: build, measure, record, refit, propose.
 """
 from __future__ import annotations
 
@@ -23,9 +28,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tinyc.errors import BuildError, UsageError
+from tinyc.errors import UsageError
 from tinyc.ir import Graph
 from tinyc.tune.bench import Candidate, build_batch_graph, candidate_is_buildable
+from tinyc.tune.executor import Job
 from tinyc.tune.tasks import Task, extract_tasks
 
 SEARCHES = ("model", "random")
@@ -57,6 +63,9 @@ class TuneResult:
     wall_s: float = 0.0
     measure_s: float = 0.0
     history: list[tuple[int, float]] = field(default_factory=list)   # (trial number, best total so far)
+    build_s: float = 0.0             # summed over builds (they may overlap)
+    executor: str = ""               # where batches ran
+    retried: int = 0                 # batches submitted again after losing their worker
 
     @property
     def default_total(self) -> float:
@@ -125,10 +134,17 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
          ram_budget: int | None = None, search: str = "model", batch_size: int = 16, seed: int = 0,
          repeat: int | None = None, port: str | None = None, work_dir: str | os.PathLike | None = None,
          progress: bool | None = None, epsilon: float = 0.15, run_timeout: float = 10.0,
-         target: str | None = None, device: str | None = None) -> TuneResult:
+         target: str | None = None, device: str | None = None, jobs: int = 1, cluster: str | None = None,
+         retries: int = 2, cluster_timeout: float = 10.0) -> TuneResult:
     """Tune `model`'s layers on `board` (None: the host, or with target "opencl" the OpenCL
     `device`, "platform:device", default the first GPU else the first device) with at most
-    `trials` new measurements."""
+    `trials` new measurements.
+
+    `jobs`: parallel builds on this machine, and as many emulated boards measuring at once (a real
+    board on `port`, the host and an OpenCL device measure one batch at a time: their timings need
+    a quiet machine). `cluster`: the address of a Dask scheduler whose workers hold the board
+    (see tinyc/tune/farm.py); a batch whose worker is lost is tried `retries` more times, then its
+    candidates are logged as crashes."""
     import sys
 
     from tqdm import tqdm
@@ -153,10 +169,23 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
         raise UsageError("--target opencl tunes on an OpenCL device (--device); --board is for microcontrollers")
     if device is not None and target != "opencl":
         raise UsageError("--device is for --target opencl")
+    if jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {jobs}")
+    if cluster is not None and not board:
+        raise UsageError("--cluster measures on boards held by farm workers: name one with --board (host and "
+                         "OpenCL tuning run on this machine)")
+    if cluster is not None and jobs != 1:
+        raise UsageError("--jobs is for tuning on this machine; on a farm (--cluster) the workers' boards and "
+                         "threads set the parallelism")
+    if cluster is not None and port:
+        raise UsageError("--port is for a board on this machine; farm workers own their ports "
+                         "(tinyc worker --board NAME=PORT)")
     t_start = time.perf_counter()
     board_def = load_board(board, board_dir) if board else None
     if board_def is not None and board_def.get("kind") == "host":
         board_def = None
+    if cluster is not None and board_def is None:
+        raise UsageError(f"--cluster measures on microcontroller boards held by farm workers; '{board}' is the host")
     target = board_target(board_def) if board_def else (target or "host")
     board_name = board_def["name"] if board_def else target
     graph, _ = prepare(model, input_shapes, None, io_layout, bind, quantize, calib, calib_method,
@@ -182,9 +211,14 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
     rng = np.random.default_rng(seed)
     model_ = CostModel(seed=seed)
     by_key = {t.key: t for t in tasks}
-    result = TuneResult(board_name, target, measurer.units, Path(log), [], 0)
+    executor = _make_executor(measurer, board_def, target, work, jobs, cluster, retries, cluster_timeout,
+                              repeat, run_timeout)
+    result = TuneResult(board_name, target, measurer.units, Path(log), [], 0, executor=executor.description)
     show = sys.stderr.isatty() if progress is None else progress
     bar = tqdm(total=trials, desc=f"tuning on {board_name}", unit="cand", disable=not show, leave=True)
+    in_flight: dict[str, set[str]] = {}   # task key -> knobs ids of candidates submitted, not yet recorded
+    pending_trials = 0                    # counted candidates in flight
+    n_jobs = 0
 
     def best_of(task: Task) -> float | None:
         rec = tlog.best(board_name, task.key)
@@ -199,20 +233,23 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
     def total_best() -> float:
         return sum((best_of(t) or default_of(t) or 0.0) * t.count for t in tasks)
 
-    def record(m: Any) -> None:
+    def record(m: Any, where: str = "") -> None:
         task = by_key[m.candidate.task_key]
         knobs = dict(m.candidate.knobs)
-        tlog.append({"board": board_name, "target": target, "key": task.key, "op": task.op, "knobs": knobs,
-                     "cycles": m.cycles, "status": m.status, "units": measurer.units, "repeats": m.repeats,
-                     "detail": m.detail, "scratch_bytes": task.scratch.get(knobs_id(knobs), 0),
-                     "task": task.info, "board_info": bfeat, "model": graph.name})
+        rec = {"board": board_name, "target": target, "key": task.key, "op": task.op, "knobs": knobs,
+               "cycles": m.cycles, "status": m.status, "units": measurer.units, "repeats": m.repeats,
+               "detail": m.detail, "scratch_bytes": task.scratch.get(knobs_id(knobs), 0),
+               "task": task.info, "board_info": bfeat, "model": graph.name}
+        if where:
+            rec["measured_on"] = where
+        tlog.append(rec)
         if m.status != "ok":
             result.failures[m.status] = result.failures.get(m.status, 0) + 1
 
-    def run_batch(cands: list[Candidate], counted: bool) -> None:
-        """Build one firmware for `cands` (halving on build failure) and measure it."""
-        if not cands:
-            return
+    def submit(cands: list[Candidate], counted: bool) -> None:
+        """Log the candidates the op refuses as build errors; hand the rest, as one batch, to the
+        executor (settle() records it when it is done)."""
+        nonlocal pending_trials, n_jobs
         ok: list[Candidate] = []
         for c in cands:
             why = candidate_is_buildable(graph, c.node, c.knobs)
@@ -224,25 +261,69 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
         if not ok:
             return
         batch = build_batch_graph(graph, ok, env)
-        try:
-            project = measurer.prepare(batch, f"batch{measurer.builds:04d}")
-        except BuildError as exc:
-            if len(ok) == 1:
-                record(_failed(ok[0], "build_error", str(exc).splitlines()[0][:300]))
-                _tick(counted)
-                return
-            half = len(ok) // 2
-            run_batch([Candidate(c.task_key, c.node, c.knobs) for c in ok[:half]], counted)
-            run_batch([Candidate(c.task_key, c.node, c.knobs) for c in ok[half:]], counted)
+        for c in ok:
+            in_flight.setdefault(c.task_key, set()).add(knobs_id(c.knobs))
+        if counted:
+            pending_trials += len(ok)
+        executor.submit(Job(batch, f"batch{n_jobs:04d}", counted))
+        n_jobs += 1
+
+    def release(job: Job, c: Candidate) -> None:
+        """`c` of `job` is recorded (or handed on to a smaller batch): no longer in flight."""
+        nonlocal pending_trials
+        in_flight.get(c.task_key, set()).discard(knobs_id(c.knobs))
+        if job.counted:
+            pending_trials -= 1
+
+    def settle(out: Any) -> None:
+        """Record what the executor finished: one measurement as soon as it exists (this machine's
+        executor streams them), or a whole batch — its measurements not yet recorded; or, when it
+        did not build, its halves are submitted (until the failing candidate is alone); or, when
+        its worker was lost too often, every candidate as a crash."""
+        job = out.job
+        if out.kind == "partial":
+            ident = (out.measurement.candidate.task_key, knobs_id(out.measurement.candidate.knobs))
+            if ident not in job.recorded:
+                job.recorded.add(ident)
+                record(out.measurement)
+                release(job, out.measurement.candidate)
+                _tick(job.counted)
             return
-        t0 = time.perf_counter()
-
-        def on_result(m: Any) -> None:
-            record(m)
-            _tick(counted)
-
-        measurer.measure(batch, project, on_result)
-        result.measure_s += time.perf_counter() - t0
+        left = [c for c in job.batch.candidates if (c.task_key, knobs_id(c.knobs)) not in job.recorded]
+        if out.kind == "build_error":
+            for c in left:
+                release(job, c)
+            if len(left) == 1:
+                record(_failed(left[0], "build_error", out.message.splitlines()[0][:300]))
+                _tick(job.counted)
+                return
+            half = len(left) // 2
+            submit([Candidate(c.task_key, c.node, c.knobs) for c in left[:half]], job.counted)
+            submit([Candidate(c.task_key, c.node, c.knobs) for c in left[half:]], job.counted)
+            return
+        if out.kind == "lost":
+            for c in left:
+                record(_failed(c, "crash", out.message))
+                release(job, c)
+                _tick(job.counted)
+            return
+        measured = out.measured
+        result.measure_s += measured.measure_s
+        result.build_s += measured.build_s
+        for m in measured.measurements:
+            ident = (m.candidate.task_key, knobs_id(m.candidate.knobs))
+            if ident in job.recorded:
+                continue
+            job.recorded.add(ident)
+            record(m, measured.where)
+            release(job, m.candidate)
+            _tick(job.counted)
+        for c in left:   # a measurer that dropped a candidate must not lose it silently
+            if (c.task_key, knobs_id(c.knobs)) not in job.recorded:
+                job.recorded.add((c.task_key, knobs_id(c.knobs)))
+                record(_failed(c, "crash", "no measurement came back for it"), measured.where)
+                release(job, c)
+                _tick(job.counted)
 
     def _tick(counted: bool) -> None:
         best = total_best()
@@ -261,7 +342,9 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
         first = [Candidate(t.key, t.nodes[0], dict(t.default)) for t in tasks
                  if knobs_id(t.default) not in tlog.measured(board_name, t.key)]
         for i in range(0, len(first), batch_size):
-            run_batch(first[i:i + batch_size], counted=False)
+            submit(first[i:i + batch_size], counted=False)
+        while executor.in_flight:
+            settle(executor.wait())
         result.history.append((0, total_best()))
         weights = {t.key: (default_of(t) or 1.0) * t.count for t in tasks}
         measured_now = {t.key: len(tlog.measured(board_name, t.key)) for t in tasks}
@@ -269,8 +352,15 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
                           space_sizes={t.key: len(t.space) for t in tasks})
         done = {k: 0 for k in budget}
         spaces: dict[str, list[dict[str, Any]]] = {}
-        while result.trials < trials:
-            _refit(model_, tlog)
+        fitted_on = -1
+
+        def propose() -> list[Candidate]:
+            """One batch of new candidates: tasks by unfilled budget, the cost model's picks (or
+            random ones), none the log holds or a batch in flight carries."""
+            nonlocal fitted_on
+            if search == "model" and len(tlog) != fitted_on:
+                _refit(model_, tlog)
+                fitted_on = len(tlog)
             batch: list[Candidate] = []
             taken: dict[str, set[str]] = {}
             while len(batch) < batch_size:
@@ -278,7 +368,7 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
                 if key is None:
                     break
                 task = by_key[key]
-                exclude = tlog.measured(board_name, key) | taken.setdefault(key, set())
+                exclude = tlog.measured(board_name, key) | in_flight.get(key, set()) | taken.setdefault(key, set())
                 # several per task and call, so the epsilon-greedy share is at least one candidate
                 want = min(budget[key] - done[key], batch_size - len(batch), max(4, batch_size // 2))
                 space = spaces.setdefault(key, [{**c, "_scratch_bytes": task.scratch.get(knobs_id(c), 0)}
@@ -297,20 +387,49 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
                     taken[key].add(knobs_id(p))
                     batch.append(Candidate(key, task.nodes[0], dict(p)))
                 done[key] += len(props)
-            if not batch:
+            return batch
+
+        while True:
+            while executor.in_flight < executor.capacity and result.trials + pending_trials < trials:
+                batch = propose()
+                if not batch:
+                    break
+                submit(batch, counted=True)
+            if not executor.in_flight:
                 break
-            run_batch(batch, counted=True)
+            settle(executor.wait())
     finally:
         bar.close()
+        executor.close()
     for t in tasks:
         best = tlog.best(board_name, t.key)
         result.tasks.append(TaskResult(t.key, t.op, list(t.sources), int(t.info["macs"]), default_of(t),
                                        float(best["cycles"]) if best else None,
                                        dict(best["knobs"]) if best else None,
                                        len(tlog.measured(board_name, t.key)), len(t.space)))
-    result.builds = measurer.builds
+    result.builds = executor.builds
+    result.retried = executor.retried
     result.wall_s = time.perf_counter() - t_start
     return result
+
+
+def _make_executor(measurer: Any, board_def: Mapping[str, Any] | None, target: str, work: Path, jobs: int,
+                   cluster: str | None, retries: int, cluster_timeout: float, repeat: int | None,
+                   run_timeout: float) -> Any:
+    """A DaskExecutor on `cluster`, else a LocalExecutor: `jobs` builders and, for an emulated
+    board, `jobs` boards (QEMU processes); one measuring slot for a real board (one port), the
+    host and an OpenCL device, whose builds never overlap their measurements (the timings of the
+    host and a device on it need a quiet machine)."""
+    from tinyc import __version__
+    from tinyc.tune.executor import DaskExecutor, LocalExecutor, MeasureSpec
+    if cluster is not None:
+        assert board_def is not None
+        spec = MeasureSpec(dict(board_def), target, repeat, run_timeout, __version__)
+        return DaskExecutor(spec, cluster, retries=retries, timeout=cluster_timeout)
+    if board_def is None:
+        return LocalExecutor(measurer, work, jobs=1, slots=1, capacity=1)
+    slots = jobs if board_def.get("emulated") else 1
+    return LocalExecutor(measurer, work, jobs=jobs, slots=slots)
 
 
 def _refit(model: Any, tlog: Any) -> None:
@@ -343,4 +462,7 @@ def result_table(res: TuneResult) -> str:
                 f"{(d / b if b else math.nan):>7.2f}x")
     rows.append(f"{res.trials} new measurements, {res.builds} firmware builds, {res.wall_s:.1f} s "
                 f"({res.seconds_per_candidate:.2f} s per candidate); failures: {res.failures or 'none'}")
+    if res.executor:
+        rows.append(f"on {res.executor}" + (f"; {res.retried} batch(es) tried again after losing their worker"
+                                            if res.retried else ""))
     return "\n".join(rows)
