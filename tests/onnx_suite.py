@@ -548,7 +548,7 @@ def _run_case(lib: Any, case: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 # the OpenCL target (tinyc.targets.opencl): a deterministic sample of the node cases
 def opencl_sample(every: int = 12) -> list[Case]:
-    """Every `every`-th node case (sorted by name) whose op is registered: a fixed spread over the ops."""
+    """Every `every`-th node case (sorted by name): a fixed spread over the ops (1: all of them)."""
     cases = sorted((c for c in collect_cases(suites=("node",))), key=lambda c: c.name)
     return cases[::every]
 

@@ -33,6 +33,9 @@ _POINTER_DECL = re.compile(
 # a pointer cast `(const T *)` or `(T *)` (or `*const`)
 _POINTER_CAST = re.compile(rf"\((?P<ty>(?:const\s+)?{_TYPE}\s*\*\s*(?:const\s*)?)\)")
 _PARALLEL = re.compile(r"/\* tinyc:parallel_for (\S+) \*/")
+_LOCAL_BYTES = re.compile(r"/\* tinyc:local_bytes (\d+) \*/")
+# a pointer into work-group local memory: `__local [const] T *name`
+_LOCAL_POINTER = re.compile(rf"__local\s+(?:const\s+)?{_TYPE}\s*\*\s*(?:const\s+)?([A-Za-z_]\w*)\s*=")
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -42,13 +45,14 @@ def address_spaces(code: str) -> str:
     Tables (`static const T t[]`) become `__constant`; a constant scalar struct stays private
     (helpers take it by pointer). A pointer declaration takes the space of the first known name in
     its initialiser: a table's is `__constant`, a private array's stays private, anything else —
-    kernel operands, scratch, pointers derived from them — is `__global`. Pointer casts (of the
-    scratch buffer) are `__global`. Lines already qualified are left alone."""
+    kernel operands, scratch, pointers derived from them — is `__global`; one derived from a
+    `__local` pointer (the dialect's staged rows) is `__local`. Pointer casts (of the scratch
+    buffer) are `__global`. Lines already qualified are left alone."""
     tables = {m.group(2) for m in _STATIC_TABLE.finditer(code)}
     code = _STATIC_TABLE.sub(lambda m: f"__constant {m.group(1)} {m.group(2)}[", code)
     code = _STATIC_SCALAR.sub(lambda m: f"const {m.group(1)} {m.group(2)} =", code)
     private = {m.group(2) for m in _PRIVATE_ARRAY.finditer(code)} - tables
-    space: dict[str, str] = {}
+    space: dict[str, str] = {m.group(1): "__local" for m in _LOCAL_POINTER.finditer(code)}
 
     def decl(m: re.Match[str]) -> str:
         init = m.group("init") if m.group("after").strip() == "=" else ""
@@ -56,6 +60,9 @@ def address_spaces(code: str) -> str:
         for ident in _IDENT.findall(init):
             if ident in tables or space.get(ident) == "__constant":
                 kind = "__constant"
+                break
+            if space.get(ident) == "__local":
+                kind = "__local"
                 break
             if ident in private or space.get(ident) == "__private":
                 kind = "__private"
@@ -69,7 +76,8 @@ def address_spaces(code: str) -> str:
 
     lines = []
     for line in code.split("\n"):
-        if "__global" in line or "__constant" in line or line.lstrip().startswith(("/*", "*", "//")):
+        if "__global" in line or "__constant" in line or "__local" in line or \
+                line.lstrip().startswith(("/*", "*", "//")):
             lines.append(line)
             continue
         line = _POINTER_DECL.sub(decl, line)
@@ -86,6 +94,13 @@ def global_size(code: str) -> int:
     if len(found) != 1 or not found[0].isdigit():
         return 1
     return max(1, int(found[0]))
+
+
+def local_bytes(code: str) -> int:
+    """Bytes of work-group local memory a rendered kernel takes as its third argument (the
+    dialect's `kernel(..., local_bytes=N)` marks it); 0 for a kernel without one."""
+    found = _LOCAL_BYTES.findall(code)
+    return max((int(v) for v in found), default=0)
 
 
 PRELUDE = r"""/* tinyc OpenCL C 1.2 prelude: C99's names for the kernels rendered from the C templates. */

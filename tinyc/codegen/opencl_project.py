@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from tinyc import __version__
-from tinyc.codegen.opencl import global_size, program_source
+from tinyc.codegen.opencl import global_size, local_bytes, program_source
+from tinyc.codegen.opencl_host import graph_host_program_files, host_file_names
 from tinyc.ir import Graph
 from tinyc.memory import MemoryLayout
 
@@ -43,7 +44,9 @@ def opencl_files(graph: Graph, gen: Any, layout: MemoryLayout, schedules: dict[s
         sched = schedules.get(layer.node.name, {})
         kernels.append({"index": layer.index, "fn": layer.fn, "name": layer.node.source or layer.node.name,
                         "op": layer.node.op, "global_size": global_size(layer.code),
-                        "local_size": int(sched.get(LOCAL_SIZE_KNOB, 0))})
+                        "local_size": int(sched.get(LOCAL_SIZE_KNOB, 0)),
+                        # > 0: the kernel's third argument is __local memory of this many bytes
+                        "local_bytes": local_bytes(layer.code)})
     const_at = {w["tensor"]: w["offset"] for w in gen.weights}
     io = {"inputs": [{"offset": v["offset"], "bytes": v["bytes"]} for v in gen.inputs],
           "outputs": [{"offset": const_at[v["tensor"]] if v["const"] else v["offset"], "bytes": v["bytes"],
@@ -51,4 +54,7 @@ def opencl_files(graph: Graph, gen: Any, layout: MemoryLayout, schedules: dict[s
     blob = weights_blob(graph, gen.weights)
     extra = {"opencl": {"program": f"{prefix}.cl", "weights": f"{prefix}_weights.bin", "cl_std": "CL1.2",
                         "arena_bytes": layout.arena_bytes, "weights_bytes": len(blob), "kernels": kernels, **io}}
-    return {f"{prefix}.cl": source}, {f"{prefix}_weights.bin": blob}, extra
+    # the plain-C host program (tinyc.codegen.opencl_host), rendered from these same manifest entries
+    texts = {f"{prefix}.cl": source, **graph_host_program_files(graph, prefix, extra["opencl"])}
+    extra["opencl"]["host_program"] = host_file_names(prefix)
+    return texts, {f"{prefix}_weights.bin": blob}, extra

@@ -86,6 +86,136 @@ def weights_to_channels_last(node: Node, graph: Graph, tail: list[int]) -> bool:
     return True
 
 
+#: Vector widths of the "grid" variants' knob `vec`: OpenCL vector types of that many lanes (lane
+#: loops in C), along the output channels.
+GRID_VECS = (1, 2, 4, 8, 16)
+#: Bytes of weight rows a "grid" work-group stages per chunk with `local_mem`: small enough that
+#: several work-groups fit in a GPU compute unit's 32-64 KiB of local memory.
+GRID_LOCAL_BUDGET = 4096
+
+
+def grid_knobs() -> dict[str, list[Any]]:
+    """The knobs every "grid" variant adds: `vec` (lanes per vector) and `local_mem` (stage the
+    weight rows a work-group shares in local memory)."""
+    return {"vec": list(GRID_VECS), "local_mem": [0, 1]}
+
+
+def grid_knob_target(knob: str, value: Any, grid_only: tuple[tuple[str, Any], ...] = ()) -> str | None:
+    """"opencl" for the knob values only the OpenCL target runs (``OpDef.knob_isa``): the "grid"
+    variant, vectors and local memory. They render as valid C too (serial loops, lane loops, no
+    staging), but the C targets' own variants are faster there, so defaults and tuning spaces
+    of other targets never offer them. `grid_only`: (knob, value) pairs of an op that only its
+    grid variant reads beyond a first, neutral value (the matmuls' "columns_outer")."""
+    if (knob == "variant" and value == "grid") or (knob == "vec" and value != 1) or \
+            (knob == "local_mem" and value) or (knob, value) in grid_only:
+        return "opencl"
+    return None
+
+
+def grid_row_tiles(rows: int) -> list[int]:
+    """Float Conv's px_tile values (pixels per "grid" work-item)."""
+    return [t for t in (8, 4, 2, 1) if t <= rows]
+
+
+def grid_vec(vec: int, tile: int) -> int:
+    """The vector width a tile of `tile` channels runs: the widest of GRID_VECS <= `vec` that
+    divides it (a vector never straddles two tiles)."""
+    return max(v for v in GRID_VECS if v <= max(1, int(vec)) and tile % v == 0)
+
+
+#: The most accumulators (rows x channels) a "grid" work-item keeps (a 16-channel x 8-pixel
+#: register tile): beyond it the tile spills on every GPU and no CPU driver gains either.
+GRID_MAX_ACC = 128
+
+
+#: loop_order of the "grid" variants, per op family: the first value keeps the channel
+#: (column) tiles fastest across work-items, the second the pixel (row) tiles.
+GRID_ORDERS = {"conv": ("pixels_outer", "channels_outer"), "matmul": ("rows_outer", "columns_outer")}
+
+
+def grid_canonical(sched: dict[str, Any], keys: tuple[str, str], ch: int, row_tiles: list[int],
+                   vector_ok: bool = True, family: str = "conv") -> dict[str, Any]:
+    """A "grid" schedule as the kernel runs it, so equal kernels have one name: only the knobs it
+    reads (`keys`: the channel and row tile knobs, vec, local_mem, and loop_order without local
+    memory, whose work-groups always share a channel tile); the row tile cut to the largest of
+    `row_tiles` that keeps GRID_MAX_ACC accumulators with the channel tile (at most `ch`); `vec`
+    the width that runs (``grid_vec``; 1 where the lanes would not be contiguous)."""
+    ck, rk = keys
+    t = max(1, min(int(sched.get(ck, 1)), ch))
+    j = max(1, int(sched.get(rk, 1)))
+    if t * j > GRID_MAX_ACC:
+        j = max([r for r in row_tiles if r * t <= GRID_MAX_ACC] or [min(row_tiles)])
+    out = {"variant": "grid", ck: int(sched.get(ck, 1)), rk: j,
+           "vec": grid_vec(sched.get("vec", 1), t) if vector_ok else 1, "local_mem": int(sched.get("local_mem", 0))}
+    if not out["local_mem"]:
+        orders = GRID_ORDERS[family]
+        out["loop_order"] = sched["loop_order"] if sched.get("loop_order") in orders else orders[0]
+    return out
+
+
+def grid_chunk(unit_rows: int, units: int, row_bytes: int) -> tuple[int, int]:
+    """How a "grid" work-group stages a reduction of `units` units (kernel taps) of `unit_rows`
+    weight rows (input channels) of `row_bytes` each: (units per chunk, rows of a unit per chunk)
+    within GRID_LOCAL_BUDGET — whole units when one fits (several, up to all), else part of one.
+    Each chunk is a contiguous run of rows in the weights."""
+    if unit_rows * row_bytes <= GRID_LOCAL_BUDGET:
+        return max(1, min(units, GRID_LOCAL_BUDGET // (unit_rows * row_bytes))), unit_rows
+    return 1, max(1, min(unit_rows, GRID_LOCAL_BUDGET // row_bytes))
+
+
+def grid_conv_context(m: dict[str, int], sched: dict[str, Any], wbytes: int, row_tiles: list[int]) -> dict[str, Any]:
+    """Template variables of a convolution's "grid" kernel (Conv, QConv): the tile (T channels, J
+    pixels — the op's px_tile values `row_tiles` —, V lanes: ``grid_canonical``), the
+    local-memory chunking of the weight rows (QC taps x ICC input channels, ``grid_chunk``;
+    `wbytes` per weight) and its bytes."""
+    dw = m["ICG"] == 1 and m["G"] > 1
+    ch = m["OC"] if dw else m["OCG"]
+    canon = grid_canonical(sched, ("oc_tile", "px_tile"), ch, row_tiles, vector_ok=not dw or m["OCG"] == 1)
+    T = max(1, min(canon["oc_tile"], ch))
+    J = max(1, min(canon["px_tile"], m["N"] * m["OH"] * m["OW"]))
+    local = bool(canon["local_mem"])
+    qc, icc = grid_chunk(1 if dw else m["ICG"], m["KH"] * m["KW"], T * wbytes) if local else \
+        (m["KH"] * m["KW"], 1 if dw else m["ICG"])
+    rows = (qc if dw else (qc * icc if icc == m["ICG"] else icc))
+    return dict(CH=ch, T=T, J=J, V=canon["vec"], local=local, QC=qc, ICC=icc,
+                local_bytes=rows * T * wbytes if local else 0, local_size=int(sched.get("local_size", 0)),
+                pixels_fast=canon.get("loop_order") == GRID_ORDERS["conv"][1])
+
+
+#: Work-items the OpenCL defaults aim for at least, where a layer has them: a few per SIMD lane
+#: of a small GPU, and enough groups of 64 for every core of a CPU driver.
+GRID_MIN_ITEMS = 256
+
+
+def grid_default_tiles(ch: int, rows: int, groups: int, tiles: list[int], row_tiles: list[int]) -> tuple[int, int, int]:
+    """(channels, rows, lanes) per work-item of an OpenCL "grid" default. 16 channels (all of
+    them when fewer) as one 16-lane vector — a GPU work-item's 64-byte contiguous, coalesced
+    share of a weight row, and a CPU driver's AVX-512 register —, 4 rows (pixels) sharing each
+    weight vector (a 4 x 16 register tile, as GPU GEMM micro-tiles are), fewer rows and then
+    narrower vectors (down to 4) while the layer would have fewer than GRID_MIN_ITEMS
+    work-items. A tile that does not divide the channels overlaps its neighbour (grid.j2)."""
+    def items(t: int, j: int) -> int:
+        return groups * -(-ch // t) * -(-rows // j)
+    t = ch if ch <= 16 and ch in tiles else max([v for v in tiles if v <= 16] or [1])
+    j = next((r for r in (4, 2) if r in row_tiles and items(t, r) >= GRID_MIN_ITEMS), 1)
+    while j == 1 and t > 4 and items(t, 1) < GRID_MIN_ITEMS and any(v < t and v >= 4 for v in tiles):
+        t = max(v for v in tiles if v < t)
+    return t, j, grid_vec(16, t)
+
+
+def grid_conv_default(m: dict[str, int], ks: dict[str, list[Any]]) -> dict[str, Any]:
+    """The OpenCL default of a convolution (Conv, QConv): "grid" with ``grid_default_tiles``
+    over the output channels x pixels (lanes 1 for a depthwise channel multiplier > 1, whose
+    input channels are not contiguous), channel tiles fastest (coalesced), no local memory —
+    the weight vectors a group shares are read by all its work-items at once, which GPU caches
+    serve as well, and a CPU driver pays for every barrier —, 64 work-items per group."""
+    dw = m["ICG"] == 1 and m["G"] > 1
+    ch = m["OC"] if dw else m["OCG"]
+    t, j, vec = grid_default_tiles(ch, m["N"] * m["OH"] * m["OW"], 1 if dw else m["G"], ks["oc_tile"], ks["px_tile"])
+    return {"variant": "grid", "oc_tile": t, "px_tile": j, "vec": vec if not dw or m["OCG"] == 1 else 1,
+            "local_mem": 0, "loop_order": "pixels_outer", "local_size": 64}
+
+
 def apply_activation(node: Node, y: np.ndarray) -> np.ndarray:
     act = node.attrs.get("activation")
     if not act:
@@ -189,18 +319,32 @@ class Conv(OpDef):
         if ch < 32 and ch not in oc_tiles:
             oc_tiles.insert(0, ch)
         ow_tiles = [t for t in (8, 6, 5, 4, 3, 2, 1) if t <= m["OW"]]
-        return {"variant": ["depthwise" if depthwise else "direct"], "oc_tile": oc_tiles, "ow_tile": ow_tiles,
-                "loop_order": ["pixels_outer", "channels_outer"]}
+        return {"variant": ["depthwise" if depthwise else "direct", "grid"], "oc_tile": oc_tiles,
+                "ow_tile": ow_tiles, "loop_order": ["pixels_outer", "channels_outer"],
+                "px_tile": grid_row_tiles(m["N"] * m["OH"] * m["OW"]), **grid_knobs()}
+
+    def knob_isa(self, knob: str, value: Any) -> str | None:
+        return grid_knob_target(knob, value)
+
+    def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+        """"grid" reads oc_tile, px_tile, vec, local_mem, loop_order; the C variants oc_tile,
+        ow_tile, loop_order."""
+        if schedule.get("variant") == "grid":
+            m = self._dims(node, graph)
+            dw = m["ICG"] == 1 and m["G"] > 1
+            ch = m["OC"] if dw else m["OCG"]
+            return grid_canonical(schedule, ("oc_tile", "px_tile"), ch, self.knobs(node, graph)["px_tile"],
+                                  vector_ok=not dw or m["OCG"] == 1)
+        return {k: v for k, v in schedule.items() if k not in ("px_tile", "vec", "local_mem")}
 
     def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
         # The largest register tile (pixels x channels) of at most 160 accumulators, ties to more
         # channels (longer vectors). Measured on x86 (AVX2/AVX-512) against 1-pixel tiles: 2-3x
         # faster on every conv shape tried; the tuner may refine this per board.
         ks = self.knobs(node, graph)
-        if target == "opencl":  # one output row per work-item (parallel_for over oh), no scratch
-            return {"variant": ks["variant"][0], "oc_tile": ks["oc_tile"][0], "ow_tile": 1,
-                    "loop_order": "pixels_outer"}
         m = self._dims(node, graph)
+        if target == "opencl":
+            return grid_conv_default(m, ks)
         # a width that leaves a tail tile counts 3/4: tail tiles are narrower, so slower
         pairs = [(j * t * (1.0 if m["OW"] % j == 0 else 0.75), t, j)
                  for t in ks["oc_tile"] for j in ks["ow_tile"] if j * t <= 160]
@@ -216,6 +360,8 @@ class Conv(OpDef):
         """A zero row stands in for padded pixels when several output pixels share a tile."""
         m = self._dims(node, graph)
         sched = schedule or self.default_schedule(node, graph, "host")
+        if sched.get("variant") == "grid":  # padded taps are masked, not read from a zero row
+            return 0
         if min(sched.get("ow_tile", 1), m["OW"]) > 1 and (m["PL"] or m["PR"]):
             return 4 * (m["C"] if sched.get("variant") == "depthwise" else m["ICG"])
         return 0
@@ -227,6 +373,9 @@ class Conv(OpDef):
             raise UnsupportedError(f"node '{node.source}': Conv kernels run channels-last only")
         sched = schedule or self.default_schedule(node, graph, "host")
         padded = any(m[k] for k in ("PT", "PL", "PB", "PR"))
-        return dict(m=m, padded=padded, variant=sched["variant"], oc_tile=sched.get("oc_tile", 1),
-                    ow_tile=sched.get("ow_tile", 1), mult=m["OCG"],
-                    loop_order=sched.get("loop_order", "pixels_outer"))
+        ctx = dict(m=m, padded=padded, variant=sched["variant"], oc_tile=sched.get("oc_tile", 1),
+                   ow_tile=sched.get("ow_tile", 1), mult=m["OCG"],
+                   loop_order=sched.get("loop_order", "pixels_outer"), grid_dw=m["ICG"] == 1 and m["G"] > 1)
+        if sched["variant"] == "grid":
+            ctx.update(grid_conv_context(m, sched, 4, self.knobs(node, graph)["px_tile"]))
+        return ctx

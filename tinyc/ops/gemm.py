@@ -11,7 +11,8 @@ import numpy as np
 
 from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, OutputType, broadcast_strides, register
-from tinyc.ops.conv import apply_activation
+from tinyc.ops.conv import (GRID_ORDERS, apply_activation, grid_canonical, grid_chunk, grid_default_tiles,
+                            grid_knob_target, grid_knobs)
 
 MM_TYPES = ("float32",)
 
@@ -79,14 +80,28 @@ class Gemm(OpDef):
         if N < 32 and N not in n_tiles:
             n_tiles.insert(0, N)
         m_tiles = [t for t in (4, 2, 1) if t <= M]
-        return {"variant": ["tiled", "rowacc"], "n_tile": n_tiles, "m_tile": m_tiles}
+        return {"variant": ["tiled", "rowacc", "grid"], "n_tile": n_tiles, "m_tile": m_tiles, **grid_knobs(),
+                "loop_order": list(GRID_ORDERS["matmul"])}
+
+    def knob_isa(self, knob: str, value: Any) -> str | None:
+        return grid_knob_target(knob, value, (("loop_order", "columns_outer"),))
+
+    def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+        """"grid" reads n_tile, m_tile, vec, local_mem, loop_order (``grid_canonical``); the C
+        variants none of the last three."""
+        if schedule.get("variant") == "grid":
+            return grid_canonical(schedule, ("n_tile", "m_tile"), self.dims(node, graph)[2],
+                                  self.knobs(node, graph)["m_tile"], family="matmul")
+        return {k: v for k, v in schedule.items() if k not in ("vec", "local_mem", "loop_order")}
 
     def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
-        """Tiles need not divide M or N (tail tiles); up to 4 rows share each weight load."""
+        """Tiles need not divide M or N (tail tiles); up to 4 rows share each weight load.
+        OpenCL: the "grid" variant (``grid_matmul_default``)."""
         ks = self.knobs(node, graph)
-        s = {k: v[0] for k, v in ks.items()}
-        if target == "opencl" and "n_tile" in ks:  # one output column per work-item, no tail tile
-            return {"variant": "tiled", "n_tile": 1, "m_tile": 1}
+        if target == "opencl" and "grid" in ks["variant"]:
+            M, _, N = self.dims(node, graph)
+            return grid_matmul_default(M, N, ks)
+        s = {k: v[0] for k, v in ks.items() if k not in ("vec", "local_mem", "loop_order")}
         if "m_tile" in ks:
             fits = [r for r in ks["m_tile"] if r * s["n_tile"] <= 128]
             s["m_tile"] = max(fits) if fits else 1
@@ -103,7 +118,44 @@ class Gemm(OpDef):
         if ctx["has_c"]:
             cs = broadcast_strides(graph.tensor(node.inputs[2]).shape, (M, N))
             ctx["sc"] = cs
+        if sched["variant"] == "grid":
+            ctx.update(grid_matmul_context(M, K, N, sched, 4))
         return ctx
+
+
+def grid_matmul_default(M: int, N: int, ks: dict[str, list[Any]], batches: int = 1) -> dict[str, Any]:
+    """The OpenCL default of a matrix product (Gemm, MatMul, QMatMul): "grid" with
+    ``grid_default_tiles`` over the columns x rows (x batches), no local memory, 64 work-items
+    per group (see ``grid_conv_default``)."""
+    t, j, vec = grid_default_tiles(N, M, batches, ks["n_tile"], ks["m_tile"])
+    return {"variant": "grid", "n_tile": t, "m_tile": j, "vec": vec, "local_mem": 0, "loop_order": "rows_outer",
+            "local_size": 64}
+
+
+def grid_matmul_context(M: int, K: int, N: int, sched: dict[str, Any], wbytes: int) -> dict[str, Any]:
+    """Template variables of a matrix product's "grid" kernel: the tile (T columns, J rows, V
+    lanes), the rows of B staged per chunk with local memory (KC) and their bytes."""
+    canon = grid_canonical(sched, ("n_tile", "m_tile"), N, [t for t in (4, 2, 1) if t <= M], family="matmul")
+    T = max(1, min(canon["n_tile"], N))
+    J = max(1, min(canon["m_tile"], M))
+    local = bool(canon["local_mem"])
+    kc = grid_chunk(1, K, T * wbytes)[0] if local else K
+    return dict(T=T, J=J, V=canon["vec"], local=local, KC=kc, local_bytes=kc * T * wbytes if local else 0,
+                local_size=int(sched.get("local_size", 0)),
+                pixels_fast=canon.get("loop_order") == GRID_ORDERS["matmul"][1])
+
+
+def grid_batches(batch: list[int], strides: list[int]) -> str:
+    """The C offset `+ ...` of batch `g` (the flat index over the broadcast batch dims `batch`)
+    into an operand whose batch dims have element strides `strides` (0: broadcast)."""
+    terms = []
+    for k, (n, s) in enumerate(zip(batch, strides)):
+        inner = int(np.prod(batch[k + 1:], dtype=np.int64))
+        if s and n > 1:
+            idx = "g" if inner == 1 and k == 0 else (f"(g / {inner})" if k == 0 else
+                                                      (f"(g % {n})" if inner == 1 else f"(g / {inner} % {n})"))
+            terms.append(f" + {idx} * {s}")
+    return "".join(terms)
 
 
 @register
@@ -166,6 +218,35 @@ class MatMul(OpDef):
         y = np.matmul(inputs[0].astype(np.float64), inputs[1].astype(np.float64)).astype(inputs[0].dtype)
         return [apply_activation(node, y)]
 
+    def knobs(self, node: Node, graph: Graph) -> dict[str, list[Any]]:
+        """Only the OpenCL target has a choice: "serial" (the C loop nest) or "grid" (work-items
+        over batches x row tiles x column tiles); the C targets have no knobs here."""
+        a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
+        _, M, _, N, _ = self._shapes(a, b)
+        n_tiles = [t for t in (32, 16, 8, 4, 2, 1) if t <= N]
+        if N < 32 and N not in n_tiles:
+            n_tiles.insert(0, N)
+        return {"variant": ["serial", "grid"], "n_tile": n_tiles, "m_tile": [t for t in (4, 2, 1) if t <= M],
+                **grid_knobs(), "loop_order": list(GRID_ORDERS["matmul"])}
+
+    def knob_isa(self, knob: str, value: Any) -> str | None:
+        return grid_knob_target(knob, value, (("loop_order", "columns_outer"),))
+
+    def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+        """"serial" reads no knob (the empty schedule, as before the knobs existed)."""
+        if schedule.get("variant") == "grid":
+            a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
+            return grid_canonical(schedule, ("n_tile", "m_tile"), self._shapes(a, b)[3],
+                                  self.knobs(node, graph)["m_tile"], family="matmul")
+        return {}
+
+    def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
+        if target != "opencl":
+            return {}
+        a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
+        batch, M, _, N, _ = self._shapes(a, b)
+        return grid_matmul_default(M, N, self.knobs(node, graph), int(np.prod(batch, dtype=np.int64)))
+
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
         batch, M, K, N, _ = self._shapes(a, b)
@@ -173,5 +254,9 @@ class MatMul(OpDef):
         b2 = (*b, 1) if len(b) == 1 else b
         sa = broadcast_strides(tuple(a2[:-2]), tuple(batch)) if batch else []
         sb = broadcast_strides(tuple(b2[:-2]), tuple(batch)) if batch else []
-        return dict(batch=batch or [1], bsa=[s * M * K for s in sa] or [0], bsb=[s * K * N for s in sb] or [0],
-                    M=M, K=K, N=N)
+        ctx = dict(batch=batch or [1], bsa=[s * M * K for s in sa] or [0], bsb=[s * K * N for s in sb] or [0],
+                   M=M, K=K, N=N, variant=(schedule or {}).get("variant", "serial"))
+        if ctx["variant"] == "grid":
+            ctx.update(grid_matmul_context(M, K, N, schedule, 4), nbat=int(np.prod(batch, dtype=np.int64)),
+                       aoff=grid_batches(batch, ctx["bsa"]), boff=grid_batches(batch, ctx["bsb"]))
+        return ctx

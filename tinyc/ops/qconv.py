@@ -32,7 +32,8 @@ import numpy as np
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node, QuantParams
 from tinyc.ops.base import OutputType, get_op, register
-from tinyc.ops.conv import Conv, conv_out_size, resolve_pads
+from tinyc.ops.conv import (Conv, conv_out_size, grid_canonical, grid_conv_context, grid_conv_default,
+                             grid_knob_target, grid_knobs, resolve_pads)
 from tinyc.quantize import arith
 from tinyc.quantize.qparams import import_scale, import_zero_point
 from tinyc.quantize.qparams import qparams_of
@@ -382,9 +383,10 @@ class QConv(Conv):
         pixels = m["N"] * m["OH"] * m["OW"]
         forms = _mac_forms(node, graph)
         int8_w = graph.tensor(node.inputs[1]).dtype == "int8" and forms[0] != "i32"
-        return {"variant": variants + ["baseline"], "oc_tile": oc_tiles,
+        return {"variant": variants + ["baseline", "grid"], "oc_tile": oc_tiles,
                 "px_tile": [t for t in (16, 8, 6, 4, 3, 2, 1) if t <= pixels], "mac": forms,
-                "wide_weights": [False, True] if int8_w else [False], "loop_order": ["pixels_outer", "channels_outer"]}
+                "wide_weights": [False, True] if int8_w else [False], "loop_order": ["pixels_outer", "channels_outer"],
+                **grid_knobs()}
 
     def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
         """Measured on x86 AVX-512 (benchmarks/qconv_kernels.py): 64 (else 32, else all) channels per
@@ -392,9 +394,9 @@ class QConv(Conv):
         on the host int16 weights (16-bit vectors of int16 products need no widening per load;
         depthwise reads int8 activations anyway, so there only for 16 <= tile < 64 channels)."""
         ks = self.knobs(node, graph)
-        if target == "opencl":  # the one-pixel kernel: one output row per work-item (parallel_for over oh)
-            return {"variant": "baseline"}
         m = self._dims(node, graph)
+        if target == "opencl":
+            return grid_conv_default(m, ks)
         dw = ks["variant"][0] in ("depthwise", "depthwise_rows")
         ch = m["OC"] if dw else m["OCG"]
         t = 64 if ch >= 64 else (32 if ch >= 32 else ch)
@@ -418,14 +420,23 @@ class QConv(Conv):
         return sched
 
     def knob_isa(self, knob: str, value: Any) -> str | None:
-        return value if knob == "mac" and value in SIMD_FORMS else None
+        if knob == "mac" and value in SIMD_FORMS:
+            return value
+        return grid_knob_target(knob, value)
 
     def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
-        """"baseline" reads no knob; a SIMD form on a variant without that micro-kernel runs the
+        """"baseline" reads no knob; "grid" only oc_tile, px_tile, vec, local_mem and loop_order
+        (``grid_canonical``; int32 products, no scratch); a SIMD form on a variant without that micro-kernel runs the
         "i16x2" loops; only dense "dsp" stores pre-split weights (wide_weights)."""
-        sched = dict(schedule)
+        sched = {k: v for k, v in schedule.items() if k not in ("vec", "local_mem")}
         if sched.get("variant") == "baseline":
             return {"variant": "baseline"}
+        if sched.get("variant") == "grid":
+            m = self._dims(node, graph)
+            dw = m["ICG"] == 1 and m["G"] > 1
+            ch = m["OC"] if dw else m["OCG"]
+            return grid_canonical(schedule, ("oc_tile", "px_tile"), ch, self.knobs(node, graph)["px_tile"],
+                                  vector_ok=not dw or m["OCG"] == 1)
         if "mac" in sched and "variant" in sched:
             if sched["mac"] in SIMD_FORMS and self._simd(sched) is None:
                 sched["mac"] = "i16x2"
@@ -460,7 +471,7 @@ class QConv(Conv):
 
     def _scratch_layout(self, node: Node, graph: Graph, sched: dict[str, Any]) -> tuple[int, int, int]:
         """(bytes of int16 weights, offset of the x_zp row, its length): the scratch buffer."""
-        if sched["variant"] == "baseline":
+        if sched["variant"] in ("baseline", "grid"):
             return 0, 0, 0
         m = self._dims(node, graph)
         wide = sched.get("wide_weights") and self._simd(sched) is None
@@ -497,6 +508,11 @@ class QConv(Conv):
             x_zp=a["x_zp"], y_zp=a["y_zp"], act_min=a["act_min"], act_max=a["act_max"],
             int8_out=a["qdtype"] == "int8", **arith.rounding_context(a))
         if sched["variant"] == "baseline":
+            return ctx
+        if sched["variant"] == "grid":  # the branch-free requantization of the tiled variants
+            ctx.update(grid_conv_context(m, sched, np.dtype(graph.tensor(node.inputs[1]).dtype).itemsize, ks["px_tile"]),
+                       rshifts=[max(-s, 0) for s in shift], lshift=any(s > 0 for s in shift),
+                       lmuls=[1 << max(s, 0) for s in shift])
             return ctx
         ch = OC if dw else m["OCG"]
         wbytes, zoff, zlen = self._scratch_layout(node, graph, sched)

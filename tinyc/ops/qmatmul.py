@@ -26,6 +26,8 @@ import numpy as np
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, OutputType, broadcast_strides, register
+from tinyc.ops.conv import GRID_ORDERS, grid_canonical, grid_knob_target, grid_knobs
+from tinyc.ops.gemm import grid_batches, grid_matmul_context, grid_matmul_default
 from tinyc.ops.qconv import (SIMD_FORMS, _c_literals, _int8_tensor, _split_pairs, float_bias,
                               quantize_bias_fitting, quantize_weights, requant_and_clamp)
 from tinyc.quantize import arith
@@ -215,14 +217,24 @@ class QMatMul(OpDef):
         if simd:
             macs[1:1] = list(SIMD_FORMS)
         return {"n_tile": n_tiles, "m_tile": [t for t in (4, 2, 1) if t <= M], "mac": macs,
-                "wide_weights": [False, True] if simd else [False]}
+                "wide_weights": [False, True] if simd else [False], "variant": ["tiled", "grid"], **grid_knobs(),
+                "loop_order": list(GRID_ORDERS["matmul"])}
 
     def knob_isa(self, knob: str, value: Any) -> str | None:
-        return value if knob == "mac" and value in SIMD_FORMS else None
+        if knob == "mac" and value in SIMD_FORMS:
+            return value
+        return grid_knob_target(knob, value, (("loop_order", "columns_outer"),))
 
     def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
-        """Only "dsp" stores pre-split weights: wide_weights is moot for the other forms."""
-        sched = dict(schedule)
+        """Only "dsp" stores pre-split weights: wide_weights is moot for the other forms. "grid"
+        reads n_tile, m_tile, vec, local_mem, loop_order (``grid_canonical``; int32 products);
+        "tiled" is the variant a schedule without one runs, so it is left out (the C targets'
+        schedules stay as they were)."""
+        if schedule.get("variant") == "grid":
+            a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
+            return grid_canonical(schedule, ("n_tile", "m_tile"), self._dims(a, b)[3],
+                                  self.knobs(node, graph)["m_tile"], family="matmul")
+        sched = {k: v for k, v in schedule.items() if k not in ("variant", "vec", "local_mem", "loop_order")}
         if "wide_weights" in sched and sched.get("mac") != "dsp":
             sched["wide_weights"] = False
         return sched
@@ -236,9 +248,11 @@ class QMatMul(OpDef):
         the loads for one FC row, found by the tuner)."""
         from tinyc.schedule import isa_of  # (tinyc.schedule imports tinyc.ops)
         ks = self.knobs(node, graph)
-        s = {k: v[0] for k, v in ks.items()}
-        if target == "opencl":  # one output column per work-item (parallel_for over n0), int32 products
-            return dict(s, n_tile=1, m_tile=1, mac="i32" if "i32" in ks["mac"] else ks["mac"][0], wide_weights=False)
+        if target == "opencl":
+            a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
+            batch, M, _, N, _ = self._dims(a, b)
+            return grid_matmul_default(M, N, ks, int(np.prod(batch, dtype=np.int64)))
+        s = {k: v[0] for k, v in ks.items() if k not in ("variant", "vec", "local_mem", "loop_order")}
         fits = [r for r in ks["m_tile"] if r * s["n_tile"] <= 256]
         s["m_tile"] = max(fits) if fits else 1
         simd = next((f for f in reversed(SIMD_FORMS) if f in isa_of(target) and f in ks["mac"]), None)
@@ -252,6 +266,8 @@ class QMatMul(OpDef):
         a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
         batch, M, K, N, _ = self._dims(a, b)
         sched = {**self.default_schedule(node, graph, "host"), **(schedule or {})}
+        if sched.get("variant") == "grid":
+            return self._grid_context(node, graph, sched)
         if sched["mac"] not in self.knobs(node, graph)["mac"]:
             raise UnsupportedError(f"node '{node.source or node.name}' (QMatMul): mac={sched['mac']!r} needs int8 b")
         at = node.attrs
@@ -273,12 +289,32 @@ class QMatMul(OpDef):
         uniform = len(set(zip(at["multiplier"], at["shift"]))) == 1
         lo, hi = _clamp(at)
         shifts = [int(v) for v in at["shift"]]
-        return dict(batch=batch, bsa=bsa, bsb=bsb, M=M, K=K, N=N,
+        return dict(variant="tiled", batch=batch, bsa=bsa, bsb=bsb, M=M, K=K, N=N,
                     n_tile=min(int(sched.get("n_tile", 1)), N), m_tile=min(int(sched.get("m_tile", 1)), M),
                     mac=sched["mac"], uniform=uniform, has_bzp=any(at["b_zp"]), uniform_bzp=len(set(at["b_zp"])) == 1,
                     has_bias=len(node.inputs) > 2 and bool(node.inputs[2]), LO=lo - at["y_zp"], HI=hi - at["y_zp"],
                     rshifts=[max(-v, 0) for v in shifts], lshift=any(v > 0 for v in shifts),
                     lmuls=[1 << max(v, 0) for v in shifts], **extra, **arith.rounding_context(at))
+
+    def _grid_context(self, node: Node, graph: Graph, sched: dict[str, Any]) -> dict[str, Any]:
+        """Template variables of the "grid" kernel: int32 products of (a - a_zp) and b, the bias
+        and the b_zp row-sum correction as in "tiled", the same requantization tables."""
+        a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
+        batch, M, K, N, _ = self._dims(a, b)
+        at = node.attrs
+        bsa = [s * M * K for s in broadcast_strides(tuple(a[:-2]), batch)] if batch else []
+        bsb = [s * K * N for s in broadcast_strides(tuple(b[:-2]), batch)] if batch else []
+        lo, hi = _clamp(at)
+        shifts = [int(v) for v in at["shift"]]
+        ctx = dict(variant="grid", batch=batch, M=M, K=K, N=N, nbat=int(np.prod(batch, dtype=np.int64)),
+                   aoff=grid_batches(batch, bsa), boff=grid_batches(batch, bsb),
+                   uniform=len(set(zip(at["multiplier"], at["shift"]))) == 1, has_bzp=any(at["b_zp"]),
+                   uniform_bzp=len(set(at["b_zp"])) == 1, has_bias=len(node.inputs) > 2 and bool(node.inputs[2]),
+                   LO=lo - at["y_zp"], HI=hi - at["y_zp"], rshifts=[max(-v, 0) for v in shifts],
+                   lshift=any(v > 0 for v in shifts), lmuls=[1 << max(v, 0) for v in shifts], mac="i32", simd=None,
+                   **arith.rounding_context(at))
+        ctx.update(grid_matmul_context(M, K, N, sched, np.dtype(graph.tensor(node.inputs[1]).dtype).itemsize))
+        return ctx
 
 
 #: Register blocks (n_tile columns, m_tile rows) of the SIMD forms, measured in QEMU.

@@ -29,13 +29,18 @@ def board_target(board: Mapping[str, Any]) -> str:
 
 
 def knob_allowed(opdef: Any, knob: str, value: Any, target: str) -> bool:
-    """Whether a knob value's ISA needs (``OpDef.knob_isa``) are met by the target."""
+    """Whether a knob value's needs (``OpDef.knob_isa``) are met by the target: an ISA extension
+    the target's core has, or the target itself ("opencl": work-item grids, vector types, local
+    memory; such values render as valid C too, but only that target's defaults and search spaces
+    offer them)."""
     need = opdef.knob_isa(knob, value)
-    return need is None or need in isa_of(target)
+    return need is None or need in isa_of(target) or need == target.split("+")[0]
 
 
 #: Knobs of the launch rather than the kernel code, per target: OpenCL work-items per work-group
-#: (0: the driver chooses). The kernel templates never read them; the runner does.
+#: (0: the driver chooses). The runner reads them; a kernel's code never depends on them for its
+#: results (the "grid" variants with local memory read the local size they are launched with, and
+#: only size their global size from the knob).
 LAUNCH_KNOBS: dict[str, dict[str, list[Any]]] = {"opencl": {"local_size": [0, 16, 32, 64, 128, 256]}}
 
 
@@ -55,8 +60,10 @@ def default_schedules(graph: Graph, target: str = "host") -> dict[str, dict[str,
         sched = opdef.default_schedule(node, graph, target)
         knobs = target_knobs(opdef, node, graph, target)
         for k, v in LAUNCH_KNOBS.get(target, {}).items():
-            if k in knobs:
-                sched = {**sched, k: v[0]}
+            if k in knobs:  # the op's own choice (a "grid" default), else the first value
+                sched = {**sched, k: sched.get(k, v[0])}
+            else:
+                sched = {kk: vv for kk, vv in sched.items() if kk != k}
         for k, v in sched.items():
             if k in knobs and v not in knobs[k]:
                 raise ValueError(f"default schedule of {node.op} sets {k}={v}, not among {knobs[k]}")

@@ -189,7 +189,12 @@ class OpenCLModel:
         self.kernels = []
         for k in spec["kernels"]:
             kern = getattr(self.program, k["fn"])
-            kern.set_args(self.arena, self.weights)
+            local = int(k.get("local_bytes") or 0)
+            if local:  # a third argument: the work-group's local memory (see the manifest's local_bytes)
+                self._check_local(k, local)
+                kern.set_args(self.arena, self.weights, cl.LocalMemory(local))
+            else:
+                kern.set_args(self.arena, self.weights)
             self.kernels.append((k, kern, self._launch(k, kern)))
         self.inputs = self.manifest["inputs"]
         self.outputs = self.manifest["outputs"]
@@ -209,9 +214,20 @@ class OpenCLModel:
             raise RunError(f"arena + weights need {total:,} B but {self.device.name.strip()} has "
                            f"{int(self.device.global_mem_size):,} B of global memory")
 
+    def _check_local(self, k: dict[str, Any], nbytes: int) -> None:
+        """A kernel whose local memory the device lacks is refused with the numbers (its schedule's
+        local_mem knob is what asks for it)."""
+        have = int(self.device.local_mem_size)
+        if nbytes > have:
+            raise RunError(f"kernel {k['fn']} ('{k['name']}') needs {nbytes:,} B of local memory but "
+                           f"{self.device.name.strip()} has {have:,} B (CL_DEVICE_LOCAL_MEM_SIZE); "
+                           f"compile that layer with the schedule knob local_mem=0")
+
     def _launch(self, k: dict[str, Any], kern: Any) -> tuple[tuple[int], tuple[int] | None]:
         """(global, local) sizes: the local size knob, capped by what device and kernel allow;
-        the global size rounded up to a multiple of it (the kernels' loops skip the extra items)."""
+        the global size rounded up to a multiple of it (the kernels' loops skip the extra items).
+        Kernels that share work within a work-group read the local size they get
+        (get_local_size), so capping never changes a result."""
         cl = _cl()
         n = max(1, int(k["global_size"]))
         local = int(k.get("local_size") or 0)

@@ -55,12 +55,25 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _key_knobs(opdef: Any, node: Node, graph: Graph) -> dict[str, list[Any]]:
+    """The knob values that enter a task's key: all but those only the OpenCL target offers
+    (its work-item grids, vector widths, local memory), so that adding OpenCL schedules did not
+    change the keys, and existing logs, of the C targets. The OpenCL target's records are keyed
+    by device anyway."""
+    knobs = {}
+    for k, values in opdef.knobs(node, graph).items():
+        kept = [v for v in values if opdef.knob_isa(k, v) != "opencl"]
+        if len(kept) == len(values) or len(kept) > 1:   # else an OpenCL-only knob (vec, local_mem)
+            knobs[k] = kept
+    return knobs
+
+
 def task_key(node: Node, graph: Graph) -> str:
     """Readable op + output shape, then a digest of everything that makes the kernel differ."""
     opdef = get_op(node.op)
     operands = [(graph.tensor(i).shape, graph.tensor(i).dtype) if i else None for i in node.inputs]
     results = [(graph.tensor(o).shape, graph.tensor(o).dtype) for o in node.outputs if o]
-    body = {"op": node.op, "in": operands, "out": results, "attrs": node.attrs, "knobs": opdef.knobs(node, graph)}
+    body = {"op": node.op, "in": operands, "out": results, "attrs": node.attrs, "knobs": _key_knobs(opdef, node, graph)}
     digest = hashlib.sha256(json.dumps(_jsonable(body), sort_keys=True, default=str).encode()).hexdigest()[:16]
     out_shape = "x".join(str(d) for d in graph.tensor(node.outputs[0]).shape)
     in_shape = "x".join(str(d) for d in graph.tensor(node.inputs[0]).shape)
