@@ -8,6 +8,7 @@ first GPU else the first device — on a machine without a GPU that is PoCL on t
 1. OpenCL default: ``tinyc.compile(model, target="opencl")``; latency = median wall time of one
    inference from Python (inputs written, every kernel enqueued, outputs read back, queue
    finished) and the device time (first kernel's start to last kernel's end, event profiling).
+   Default and tuned are timed in alternating rounds, so machine noise hits both alike.
 2. OpenCL tuned: ``tinyc.tune(model, target="opencl", trials=--trials)`` into
    ``results/opencl_logs/<model>.jsonl`` (appended; a rerun resumes), then compiled with the log.
 3. Host C: ``tinyc.compile(model, target="host")`` (default flags, one thread), called through
@@ -76,19 +77,29 @@ def max_diff(got: dict[str, np.ndarray], want: list[np.ndarray], names: list[str
     return worst
 
 
-def opencl_row(out: Path, feeds: dict[str, np.ndarray], device: str | None, seconds: float) -> dict[str, Any]:
+def opencl_pair(outs: dict[str, Path], feeds: dict[str, np.ndarray], device: str | None, seconds: float,
+                rounds: int = 5) -> dict[str, dict[str, Any]]:
+    """Default and tuned folders timed in alternating rounds (each round about seconds / rounds
+    per folder), so that a busy moment of the shared machine hits both alike; per folder the
+    median wall time of an inference and the median device span (event profiling)."""
     from tinyc.targets.opencl import OpenCLModel
-    model = OpenCLModel(out, device=device, profile=True)
-    y = model(feeds)
-    spans: list[float] = []
+    models = {k: OpenCLModel(out, device=device, profile=True) for k, out in outs.items()}
+    res: dict[str, dict[str, Any]] = {k: {"outputs": m(feeds), "wall": [], "span": [], "kernels": len(m.kernels)}
+                                      for k, m in models.items()}
+    for _ in range(rounds):
+        for k, model in models.items():
+            spans = res[k]["span"]
 
-    def once() -> None:
-        model(feeds)
-        spans.append(model.last_span_ns / 1e3)
+            def once(model: Any = model, spans: list[float] = spans) -> None:
+                model(feeds)
+                spans.append(model.last_span_ns / 1e3)
 
-    wall = timed(once, seconds)
-    return {"wall_us": statistics.median(wall) * 1e6, "device_us": statistics.median(spans), "runs": len(wall),
-            "outputs": y, "kernels": len(model.kernels)}
+            res[k]["wall"] += timed(once, seconds / rounds, min_runs=3)
+    for r in res.values():
+        r["wall_us"] = statistics.median(r["wall"]) * 1e6
+        r["device_us"] = statistics.median(r["span"])
+        r["runs"] = len(r["wall"])
+    return res
 
 
 def bench(name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -110,9 +121,7 @@ def bench(name: str, args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     res = tinyc.compile(path, work / "cl_default", target="opencl")
     row["macs"] = res.report["macs"]
-    d = opencl_row(work / "cl_default", feeds, args.device, args.seconds)
-    row.update(default_wall_us=d["wall_us"], default_device_us=d["device_us"], kernels=d["kernels"],
-               default_diff=max_diff(d["outputs"], ref, names), compile_s=time.perf_counter() - t0)
+    row["compile_s"] = time.perf_counter() - t0
 
     LOGS.mkdir(parents=True, exist_ok=True)
     log = LOGS / f"{name}.jsonl"
@@ -123,8 +132,12 @@ def bench(name: str, args: argparse.Namespace) -> dict[str, Any]:
                tasks=len(tr.tasks), tuned_layers_default_us=tr.default_total / 1e3,
                tuned_layers_tuned_us=tr.tuned_total / 1e3)
     tinyc.compile(path, work / "cl_tuned", target="opencl", tuning_log=log, device=args.device)
-    t = opencl_row(work / "cl_tuned", feeds, args.device, args.seconds)
-    row.update(tuned_wall_us=t["wall_us"], tuned_device_us=t["device_us"], tuned_diff=max_diff(t["outputs"], ref, names))
+    pair = opencl_pair({"default": work / "cl_default", "tuned": work / "cl_tuned"}, feeds, args.device,
+                       2 * args.seconds)
+    d, t = pair["default"], pair["tuned"]
+    row.update(default_wall_us=d["wall_us"], default_device_us=d["device_us"], kernels=d["kernels"],
+               default_diff=max_diff(d["outputs"], ref, names), tuned_wall_us=t["wall_us"],
+               tuned_device_us=t["device_us"], tuned_diff=max_diff(t["outputs"], ref, names))
 
     tinyc.compile(path, work / "host", target="host", build=True)
     hm = host.HostModel(host.library_path(work / "host", host.load_manifest(work / "host")),
