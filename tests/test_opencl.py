@@ -12,20 +12,14 @@ import time
 import numpy as np
 import pytest
 
-pyopencl = pytest.importorskip("pyopencl", reason="pyopencl is not installed (pip install 'tinyc[opencl]')")
+from util import opencl_or_skip
+
+pyopencl = opencl_or_skip()
 
 import tinyc  # noqa: E402
 import tinyc.reference  # noqa: E402
 from tinyc.errors import BuildError, RunError, UsageError  # noqa: E402
 from util import MLPERF, MLPERF_MODELS, REPO, ort_run  # noqa: E402
-
-try:
-    _PLATFORMS = pyopencl.get_platforms()
-except pyopencl.Error:
-    _PLATFORMS = []
-if not any(p.get_devices() for p in _PLATFORMS):
-    pytest.skip("no OpenCL platform with a device (install an OpenCL driver, e.g. pocl-opencl-icd)",
-                allow_module_level=True)
 
 sys.path.insert(0, str(REPO / "examples" / "digits"))
 sys.path.insert(0, str(REPO / "tests"))

@@ -11,7 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-pyopencl = pytest.importorskip("pyopencl", reason="pyopencl is not installed (pip install 'tinyc[opencl]')")
+from util import opencl_or_skip
+
+pyopencl = opencl_or_skip()
 
 import tinyc  # noqa: E402
 import tinyc.reference  # noqa: E402
@@ -19,14 +21,6 @@ from tinyc.tune import bench as bench_mod  # noqa: E402
 from tinyc.tune.log import TuningLog, knobs_id  # noqa: E402
 from tinyc.tune.tuner import result_table, tune  # noqa: E402
 from util import REPO, ort_run  # noqa: E402
-
-try:
-    _PLATFORMS = pyopencl.get_platforms()
-except pyopencl.Error:
-    _PLATFORMS = []
-if not any(p.get_devices() for p in _PLATFORMS):
-    pytest.skip("no OpenCL platform with a device (install an OpenCL driver, e.g. pocl-opencl-icd)",
-                allow_module_level=True)
 
 sys.path.insert(0, str(REPO / "examples" / "digits"))
 DIGITS = REPO / "examples" / "digits" / "digits_cnn.onnx"

@@ -102,3 +102,18 @@ def sanitized_run(model, feeds: dict[str, np.ndarray], tmp: Path) -> dict[str, n
     out = tmp / "p"
     graph = tinyc.compile(model, out).graph
     return sanitized_project(out, graph, feeds, tmp)
+
+
+def opencl_or_skip():
+    """pyopencl, or skip the calling test module: where pyopencl or an OpenCL device is absent the
+    OpenCL tests cannot run (CI has PoCL, so there they always run)."""
+    import pytest
+    cl = pytest.importorskip("pyopencl", reason="pyopencl is not installed (pip install 'tinyc[opencl]')")
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:
+        platforms = []
+    if not any(p.get_devices() for p in platforms):
+        pytest.skip("no OpenCL platform with a device (install an OpenCL driver, e.g. pocl-opencl-icd)",
+                    allow_module_level=True)
+    return cl
