@@ -207,12 +207,8 @@ def _split_labels(calib: Any, labels: Any, input_names: Sequence[str]) -> tuple[
     elif "y" in data and "y" not in input_names:
         data.pop("y")
     if isinstance(labels, (str, os.PathLike)):
-        try:
-            labels = np.load(labels, allow_pickle=False)
-        except Exception as exc:
-            raise UsageError(f"--labels: cannot read {labels}: {exc}") from None
-        if hasattr(labels, "files"):
-            labels = labels[labels.files[0]]
+        from tinyc.quantize.feeds import load_one_array
+        labels = load_one_array(labels, "--labels", UsageError)
     return data, None if labels is None else np.asarray(labels)
 
 
@@ -253,25 +249,27 @@ def quantize(model: Any, calib: Any, output: str | os.PathLike | None = None,
     return QuantizeResult(path, cmp, summary, text)
 
 
-def _load_inputs(inputs: Any) -> dict[str, np.ndarray]:
+def _load_inputs(inputs: Any, what: str = "input file") -> Mapping[str, Any]:
+    """Input data as given: an .npz/.npy path (read without unpickling), a mapping name -> array,
+    or one array for a one-input model. Checked against the model by every runner through
+    tinyc.quantize.feeds.prepare_feeds (names, dtype, shape, N >= 1, values)."""
+    from tinyc.quantize.feeds import load_arrays
     if isinstance(inputs, (str, os.PathLike)):
-        p = Path(inputs)
-        if not p.exists():
-            raise RunError(f"input file not found: {p}")
-        try:
-            with np.load(p, allow_pickle=False) as data:
-                return {k: data[k] for k in data.files}
-        except Exception as exc:
-            raise RunError(f"{p} is not a readable .npz file: {exc}") from None
+        return load_arrays(inputs, what, RunError)
     if isinstance(inputs, Mapping):
-        return {k: np.asarray(v) for k, v in inputs.items()}
-    raise UsageError("inputs must be a path to an .npz file or a mapping of name -> array")
+        return dict(inputs)
+    if isinstance(inputs, np.ndarray):
+        return {"x": inputs}
+    raise UsageError("inputs must be a path to an .npz/.npy file, a mapping of name -> array, or one array "
+                     "(one-input models)")
 
 
 def run(output_dir: str | os.PathLike, inputs: Any, output: str | os.PathLike | None = None,
         port: str | None = None, device: str | None = None) -> dict[str, np.ndarray]:
-    """Build (if needed) and run compiled C on `inputs` (npz path or dict); optionally save an npz.
-    Arrays either have the model's exact input shape, or one extra leading dim N for N runs.
+    """Build (if needed) and run compiled C on `inputs` (npz path, npy path or one array for a
+    one-input model, or dict); optionally save an npz. Arrays either have the model's exact input
+    shape, or one extra leading dim N for N runs. The data is checked first (names, dtype, shape,
+    N >= 1, integer ranges, NaN/Inf for int8 inputs: tinyc.quantize.feeds); bad data is a RunError.
     A firmware project runs on its board (flashed/emulated as needed; `port` for real boards); an
     OpenCL folder on `device` ("platform:device" as `devices()` lists; default the first GPU, else
     the first device)."""
@@ -317,15 +315,11 @@ def profile(project_dir: str | os.PathLike, inputs: Any = None, port: str | None
     from tinyc.device.runner import profile_on_device
     from tinyc.targets import host
     if host.load_manifest(Path(project_dir)).get("target") == "opencl":
-        from tinyc.targets.host import batch_size, resolve_input_names, sample
+        from tinyc.quantize.feeds import prepare_feeds
         from tinyc.targets.opencl_profile import profile_opencl
         feeds = None
         if inputs is not None:
-            manifest = host.load_manifest(Path(project_dir))
-            data = resolve_input_names(manifest, _load_inputs(inputs))
-            _, mode = batch_size(manifest, data)
-            from tinyc.quantize.io import to_model_input
-            feeds = {s["name"]: to_model_input(s, sample(data[s["name"]], s["shape"], mode, 0)) for s in manifest["inputs"]}
+            feeds = prepare_feeds(host.load_manifest(Path(project_dir)), _load_inputs(inputs)).model(0)
         return profile_opencl(project_dir, feeds, device=device, repeat=repeat)
     if device is not None:
         raise UsageError("--device is for folders compiled with --target opencl")
@@ -337,10 +331,12 @@ def validate(project_dir: str | os.PathLike, data: Any, port: str | None = None,
              **options: Any) -> dict[str, Any]:
     """Device outputs vs the golden model (bit for bit for int8) and onnxruntime; accuracy with labels."""
     from tinyc.device.runner import validate_on_device
+    from tinyc.quantize.feeds import as_numeric, load_one_array
     lab = None
     if labels is not None:
-        lab = np.load(labels, allow_pickle=False) if isinstance(labels, (str, os.PathLike)) else np.asarray(labels)
-    return validate_on_device(project_dir, _load_inputs(data), port=port, labels=lab, **options)
+        lab = load_one_array(labels, "--labels", RunError) if isinstance(labels, (str, os.PathLike)) \
+            else as_numeric("labels", labels)
+    return validate_on_device(project_dir, _load_inputs(data, "data file"), port=port, labels=lab, **options)
 
 
 def flash(project_dir: str | os.PathLike, port: str | None = None, **options: Any) -> dict[str, Any]:

@@ -15,18 +15,14 @@ def _bindings(specs: list[str] | None) -> dict[str, object] | None:
     """--bind NAME=FILE.npy freezes a model input to a constant."""
     if not specs:
         return None
-    import numpy as np
-
     from tinyc.errors import UsageError
+    from tinyc.quantize.feeds import load_one_array
     out: dict[str, object] = {}
     for spec in specs:
         name, sep, path = spec.partition("=")
-        if not sep:
+        if not sep or not name or not path:
             raise UsageError(f"--bind '{spec}': expected NAME=FILE.npy")
-        try:
-            out[name] = np.load(path, allow_pickle=False)
-        except Exception as exc:
-            raise UsageError(f"--bind {name}: cannot read {path}: {exc}") from None
+        out[name] = load_one_array(path, f"--bind {name}:", UsageError)
     return out
 
 
@@ -329,7 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("run", help="build (if needed) and run a compiled project on inputs from an .npz")
     sp.add_argument("project", help="folder written by `tinyc compile`")
-    sp.add_argument("--input", required=True, help=".npz whose keys are the model's input names")
+    sp.add_argument("--input", required=True, help=".npz whose keys are the model's input names (a one-input "
+                                                  "model also takes an .npy)")
     sp.add_argument("--output", help="write outputs to this .npz")
     port_arg(sp)
     sp.add_argument("--device", metavar="PLATFORM:DEVICE",

@@ -23,7 +23,8 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from tinyc.errors import DeviceError, RunError, UsageError
-from tinyc.quantize.io import to_float_output, to_model_input
+from tinyc.quantize.feeds import prepare_feeds, stack_outputs, to_model_input
+from tinyc.quantize.io import to_float_output
 
 #: What `validate` compares against: the graph the firmware was generated from (for the golden model).
 GOLDEN_GRAPH = "golden_graph.pkl"
@@ -142,13 +143,15 @@ def _try_existing(port: str, manifest: dict[str, Any], timeout: float, run_timeo
 # -------------------------------------------------------------------------------- bytes <-> arrays
 
 def pack_inputs(manifest: Mapping[str, Any], feeds: Mapping[str, np.ndarray]) -> bytes:
-    """All inputs, manifest order, raw little-endian: the WRITE_INPUT layout."""
+    """All inputs, manifest order, raw little-endian: the WRITE_INPUT layout. Each input is one
+    sample, checked and converted by tinyc.quantize.feeds (a bad value never reaches the board)."""
     parts = []
     for spec in manifest["inputs"]:
-        arr = np.asarray(feeds[spec["name"]])
+        if spec["name"] not in feeds:
+            raise RunError(f"input data lacks model input {spec['name']}")
+        arr = to_model_input(spec, feeds[spec["name"]])
         if list(arr.shape) != list(spec["shape"]):
             raise UsageError(f"input '{spec['name']}' has shape {list(arr.shape)}, the model takes {spec['shape']}")
-        arr = to_model_input(spec, arr)
         parts.append(np.ascontiguousarray(arr.astype(arr.dtype.newbyteorder("<"), copy=False)).tobytes())
     return b"".join(parts)
 
@@ -188,22 +191,20 @@ def run_on_device(project_dir: str | os.PathLike, inputs: Mapping[str, np.ndarra
     """Run every sample of `inputs` (shapes as for the host: exact, or a leading N) on the board."""
     from tqdm import tqdm
 
-    from tinyc.targets.host import batch_size, resolve_input_names, sample, stack_outputs
     _, manifest, _ = _project(project_dir)
-    inputs = resolve_input_names(manifest, inputs)
-    n, mode = batch_size(manifest, inputs)
+    data = prepare_feeds(manifest, inputs)  # checked before the firmware is built or flashed
+    n = data.n
     results: dict[str, list[np.ndarray]] = {o["name"]: [] for o in manifest["outputs"]}
     ticks: list[int] = []
     show = sys.stderr.isatty() if progress is None else progress
     with connect(project_dir, port, progress=progress, **connect_options) as dev:
         for k in tqdm(range(n), desc=f"inferences on {dev.board['name']}", unit="inf", leave=False,
                       disable=not show or n < 4):
-            feeds = {s["name"]: sample(inputs[s["name"]], s["shape"], mode, k) for s in manifest["inputs"]}
-            dev.client.write_input(pack_inputs(manifest, feeds))
+            dev.client.write_input(pack_inputs(manifest, data.raw(k)))
             ticks.append(dev.client.run(1))
             for name, value in unpack_outputs(manifest, dev.client.read_output()).items():
                 results[name].append(value)
-        return DeviceRun(stack_outputs(results, mode), ticks, dev.units, dict(dev.info))
+        return DeviceRun(stack_outputs(results, data.mode), ticks, dev.units, dict(dev.info))
 
 
 # -------------------------------------------------------------------------------- profile
@@ -213,12 +214,9 @@ def profile_on_device(project_dir: str | os.PathLike, inputs: Mapping[str, np.nd
     """Per-layer counts of one inference (the first sample of `inputs`, zeros when none), with the
     MACs of each layer from report.json, MACs per count and share of the total; plus RUN's total
     for the same input, so the two can be checked against each other."""
-    from tinyc.targets.host import batch_size, resolve_input_names, sample
     out, manifest, board = _project(project_dir)
-    if inputs:
-        inputs = resolve_input_names(manifest, inputs)
-        _, mode = batch_size(manifest, inputs)
-        feeds = {s["name"]: sample(inputs[s["name"]], s["shape"], mode, 0) for s in manifest["inputs"]}
+    if inputs is not None:
+        feeds = prepare_feeds(manifest, inputs).raw(0)
     else:
         feeds = {s["name"]: np.zeros(s["shape"], s["dtype"]) for s in manifest["inputs"]}
     report = json.loads((out / "report.json").read_text())
@@ -288,18 +286,19 @@ def validate_on_device(project_dir: str | os.PathLike, data: Mapping[str, np.nda
     relative), vs onnxruntime on the source ONNX model (agreement of top-1, max difference), and
     accuracy against labels (`labels`, or a 'y' key in `data`)."""
     import tinyc.reference
-    from tinyc.targets.host import batch_size, resolve_input_names, sample, stack_outputs
+    from tinyc.quantize.feeds import LABEL_KEYS
     out, manifest, board = _project(project_dir)
-    graph, source = _load_golden(out)
-    data = dict(data)
+    names = {s["name"] for s in manifest["inputs"]}
     if labels is None:
-        labels = next((np.asarray(data[k]) for k in ("y", "label", "labels") if k in data), None)
-    feeds = resolve_input_names(manifest, {k: v for k, v in data.items() if k not in ("y", "label", "labels")})
-    n, mode = batch_size(manifest, feeds)
+        labels = next((np.asarray(data[k]) for k in LABEL_KEYS if k in data and k not in names), None)
+    checked = prepare_feeds(manifest, data)  # label keys that are not model inputs are left out
+    graph, source = _load_golden(out)
+    n, mode = checked.n, checked.mode
+    feeds = checked.arrays
     dev = run_on_device(out, feeds, port, **connect_options)
     gold: dict[str, list[np.ndarray]] = {o["name"]: [] for o in manifest["outputs"]}
     for k in range(n):
-        one = {s["name"]: to_model_input(s, sample(feeds[s["name"]], s["shape"], mode, k)) for s in manifest["inputs"]}
+        one = checked.model(k)
         res = tinyc.reference.run_graph(graph, one)
         for o in manifest["outputs"]:
             gold[o["name"]].append(np.asarray(res[o["name"]]).reshape(o["shape"]))
@@ -345,7 +344,7 @@ def _onnxruntime_outputs(source: str, feeds: Mapping[str, np.ndarray], manifest:
         return None
     if not Path(source).is_file():
         return None
-    from tinyc.targets.host import sample, stack_outputs
+    from tinyc.quantize.feeds import sample
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])

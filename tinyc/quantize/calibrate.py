@@ -211,37 +211,31 @@ def _mse_range(counts: np.ndarray, edges: np.ndarray, symmetric: bool) -> tuple[
 # -- data -------------------------------------------------------------------------------------
 
 def _load_calib(calib: Any) -> Mapping[str, np.ndarray]:
+    """Calibration arrays from an .npz/.npy path or a mapping (read by tinyc.quantize.feeds)."""
+    from tinyc.quantize.feeds import load_arrays
     if isinstance(calib, (str, os.PathLike)):
-        path = os.fspath(calib)
-        if not os.path.exists(path):
-            raise UsageError(f"calibration file '{path}' does not exist")
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                return {k: z[k] for k in z.files} if hasattr(z, "files") else {"x": np.asarray(z)}
-        except Exception as e:  # noqa: BLE001  (zip/format errors of all kinds)
-            raise UsageError(f"calibration file '{path}' is not a readable .npz/.npy file: {e}") from e
+        return load_arrays(calib, "calibration file", UsageError)
     if not isinstance(calib, Mapping):
         raise UsageError("calibration data must be a mapping {input name: array} or a path to an .npz file")
     return calib
 
 
 def calibration_samples(graph: Graph, calib: Any) -> tuple[int, Callable[[int], dict[str, np.ndarray]]]:
-    """Validate `calib` against the graph inputs (same conventions as `tinyc run`) and return
-    (N, feeds) where feeds(k) gives the inputs of sample k."""
-    from tinyc.targets.host import batch_size, resolve_input_names, sample
-    manifest = {"inputs": [{"name": n, "shape": list(graph.tensor(n).shape)} for n in graph.inputs]}
-    data = resolve_input_names(manifest, _load_calib(calib))
+    """Validate `calib` against the graph inputs (the checks of `tinyc run`: tinyc.quantize.feeds)
+    and return (N, feeds) where feeds(k) gives the inputs of sample k. Float data keeps its NaN/Inf
+    (they are left out of the statistics, see the module docstring)."""
+    from tinyc.quantize.feeds import prepare_feeds
+    manifest = {"inputs": [{"name": n, "shape": list(graph.tensor(n).shape), "dtype": graph.tensor(n).dtype}
+                           for n in graph.inputs]}
     try:
-        n, mode = batch_size(manifest, data)
+        data = prepare_feeds(manifest, _load_calib(calib))
     except RunError as e:
-        raise RunError(f"calibration data: {e}") from e
-    if n < 1:
-        raise RunError("calibration data holds no samples (N = 0)")
+        raise RunError(f"calibration data: {e}") from None
 
     def feeds(k: int) -> dict[str, np.ndarray]:
-        return {s["name"]: sample(data[s["name"]], s["shape"], mode, k) for s in manifest["inputs"]}
+        return data.model(k)
 
-    return n, feeds
+    return data.n, feeds
 
 
 def activation_names(graph: Graph) -> list[str]:

@@ -16,6 +16,7 @@ import numpy as np
 
 from tinyc.errors import UsageError
 from tinyc.ir import Graph, Tensor
+from tinyc.quantize.feeds import to_model_input  # noqa: F401  (re-exported: its home is feeds)
 from tinyc.quantize.qparams import qparams_of
 
 IO_DTYPES = ("float", "int8")
@@ -64,24 +65,6 @@ def io_quant(tensor: Tensor) -> dict[str, Any] | None:
         return None
     return {"scale": float(np.asarray(q.scale).reshape(-1)[0]),
             "zero_point": int(np.asarray(q.zero_point).reshape(-1)[0])}
-
-
-def to_model_input(spec: Mapping[str, Any], value: Any) -> np.ndarray:
-    """A user's array as the model input `spec` takes it: float data given to an int8 input is
-    quantized on its grid (ONNX QuantizeLinear rounding, as the float model's first kernel would);
-    float data for an integer input without a grid is refused, never truncated."""
-    arr = np.asarray(value)
-    dtype = np.dtype(spec["dtype"])
-    if arr.dtype.kind == "f" and dtype.kind in "iu":
-        grid = spec.get("quant")
-        if grid is None:
-            raise UsageError(f"input '{spec['name']}' is {dtype} without a quantization grid; "
-                             f"give {dtype} data, not {arr.dtype}")
-        from tinyc.quantize.arith import quantize
-        info = np.iinfo(dtype)
-        q = quantize(arr.astype(np.float32), np.float32(grid["scale"]), int(grid["zero_point"]), info.min, info.max)
-        return np.asarray(q).astype(dtype)
-    return arr.astype(dtype, copy=False)
 
 
 def to_float_output(spec: Mapping[str, Any], value: np.ndarray) -> np.ndarray:

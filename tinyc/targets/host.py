@@ -1,4 +1,7 @@
-"""The host target: a CMake project building a shared library (loaded with ctypes) and a CLI runner."""
+"""The host target: a CMake project building a shared library (loaded with ctypes) and a CLI runner.
+
+A sanitizer build (--cflags "-fsanitize=address,undefined") cannot be loaded into Python, so it
+runs through the CLI runner on raw .bin files instead (`load_model`, `ExecutableModel`)."""
 from __future__ import annotations
 
 import ctypes
@@ -15,7 +18,8 @@ import numpy as np
 
 from tinyc import __version__
 from tinyc.errors import BuildError, RunError
-from tinyc.quantize.io import to_model_input
+from tinyc.quantize.feeds import (batch_size, prepare_feeds, resolve_input_names, sample,  # noqa: F401
+                                  stack_outputs, to_model_input)  # (re-exported: their home is feeds)
 from tinyc.resources import runtime_dir, templates_dir
 
 
@@ -133,81 +137,99 @@ class HostModel:
 
 def run_batch(out_dir: str | os.PathLike, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run the compiled model on `inputs`: exact shapes (one inference), or N samples given as an
-    extra leading dim (N, *shape) or, for models with batch 1, as (N, *shape[1:])."""
+    extra leading dim (N, *shape) or, for models with batch 1, as (N, *shape[1:]). The data is
+    checked (tinyc.quantize.feeds) before the library is built or loaded."""
     out = Path(out_dir)
     manifest = load_manifest(out)
-    lib = build(out)
-    model = HostModel(lib, manifest)
-    inputs = resolve_input_names(manifest, inputs)
-    n, mode = batch_size(manifest, inputs)
+    feeds = prepare_feeds(manifest, inputs)
+    model = load_model(out, manifest)
     results: dict[str, list[np.ndarray]] = {o["name"]: [] for o in manifest["outputs"]}
     from tqdm import tqdm
+    n = feeds.n
     for k in tqdm(range(n), desc="inferences", unit="inf", leave=False, disable=n < 200 or not sys.stderr.isatty()):
-        feeds = {s["name"]: sample(inputs[s["name"]], s["shape"], mode, k) for s in manifest["inputs"]}
-        for name, value in model(feeds).items():
+        for name, value in model(feeds.raw(k)).items():
             results[name].append(value)
-    return stack_outputs(results, mode)
+    return stack_outputs(results, feeds.mode)
 
 
-def sample(arr: np.ndarray, shape: list[int], mode: str, k: int) -> np.ndarray:
-    arr = np.asarray(arr)
-    if mode == "exact":
-        return arr
-    if mode == "extra":
-        return arr[k]
-    return arr[k:k + 1].reshape(shape)
+#: Symbols only a sanitizer-instrumented object references (gcc and clang alike).
+_SANITIZER_MARKS = (b"__asan_init", b"__asan_report", b"__ubsan_handle_", b"__tsan_init", b"__msan_init",
+                    b"__hwasan_init")
 
 
-def stack_outputs(results: dict[str, list[np.ndarray]], mode: str) -> dict[str, np.ndarray]:
-    if mode == "exact":
-        return {name: v[0] for name, v in results.items()}
-    if mode == "extra":
-        return {name: np.stack(v) for name, v in results.items()}
-    return {name: np.concatenate([x.reshape(1, *x.shape[1:]) if x.ndim else x.reshape(1) for x in v])
-            for name, v in results.items()}
+def is_sanitized(lib_path: Path) -> bool:
+    """Whether the built library is sanitizer-instrumented (-fsanitize=...): such a library cannot
+    be loaded into Python with ctypes (ASan must come first in the process's library list and
+    aborts the interpreter otherwise), so it runs through its runner executable instead."""
+    try:
+        data = Path(lib_path).read_bytes()
+    except OSError:
+        return False
+    return any(mark in data for mark in _SANITIZER_MARKS)
 
 
-def resolve_input_names(manifest: dict[str, Any], inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """A one-input model also accepts an npz whose data array is called 'x' (or is the only one)."""
-    names = [s["name"] for s in manifest["inputs"]]
-    inputs = dict(inputs)
-    if len(names) == 1 and names[0] not in inputs:
-        data_keys = [k for k in inputs if k not in ("y", "label", "labels")]
-        if "x" in inputs or len(data_keys) == 1:
-            inputs[names[0]] = inputs["x" if "x" in inputs else data_keys[0]]
-    return inputs
+def load_model(out_dir: str | os.PathLike, manifest: dict[str, Any] | None = None) -> Any:
+    """Build if needed and load: in-process (`HostModel`), or for a sanitizer build the runner
+    executable in a subprocess per inference (`ExecutableModel`); both are called the same way."""
+    out = Path(out_dir)
+    manifest = manifest if manifest is not None else load_manifest(out)
+    lib = build(out)
+    if is_sanitized(lib):
+        return ExecutableModel(out / "build" / f"{manifest['prefix']}_main", manifest)
+    return HostModel(lib, manifest)
 
 
-def batch_size(manifest: dict[str, Any], inputs: Mapping[str, np.ndarray]) -> tuple[int, str]:
-    """Validate input names/shapes; return (N, mode) with mode 'exact', 'extra' or 'batch1'."""
-    names = [s["name"] for s in manifest["inputs"]]
-    missing = [n for n in names if n not in inputs]
-    if missing:
-        raise RunError(f"input file lacks model input(s) {', '.join(missing)}; the model's inputs are "
-                       f"{', '.join(names)} (npz keys must be these names)")
-    modes: set[str] = set()
-    counts: set[int] = set()
-    for spec in manifest["inputs"]:
-        arr = np.asarray(inputs[spec["name"]])
-        shape = tuple(spec["shape"])
-        if tuple(arr.shape) == shape:
-            modes.add("exact")
-            counts.add(1)
-        elif tuple(arr.shape[1:]) == shape:
-            modes.add("extra")
-            counts.add(arr.shape[0])
-        elif shape and shape[0] == 1 and arr.ndim == len(shape) and tuple(arr.shape[1:]) == shape[1:]:
-            modes.add("batch1")
-            counts.add(arr.shape[0])
-        else:
-            hint = f" or (N, {', '.join(map(str, shape[1:]))})" if shape and shape[0] == 1 else ""
-            raise RunError(f"input '{spec['name']}' has shape {tuple(arr.shape)}; expected {shape}, "
-                           f"(N, {', '.join(map(str, shape))}){hint} for N inferences")
-    if len(modes) > 1:
-        raise RunError("inputs disagree: either every input holds N samples or none does")
-    if len(counts) > 1:
-        raise RunError(f"inputs disagree on the number of inferences: {sorted(counts)}")
-    return (counts.pop() if counts else 1), (modes.pop() if modes else "exact")
+class ExecutableModel:
+    """The compiled model's runner (`<prefix>_main`, built beside the library) run once per call on
+    raw little-endian .bin files: the way to run a sanitizer build, whose runtime then starts first
+    as it requires. A sanitizer report (or any failure) is a RunError carrying the report."""
+
+    #: Defaults where the user set none: UB stops the run (it is what the build is for), reports
+    #: carry a stack trace.
+    SANITIZER_ENV = {"UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
+                     "ASAN_OPTIONS": "abort_on_error=0:halt_on_error=1"}
+
+    def __init__(self, exe: Path, manifest: dict[str, Any], timeout: float = 600.0) -> None:
+        if not Path(exe).is_file():
+            raise RunError(f"{exe} was not built: the sanitizer build runs through it (rebuild with `tinyc build "
+                           f"{Path(exe).parent.parent} --force`)")
+        self.exe = Path(exe)
+        self.manifest = manifest
+        self.inputs = manifest["inputs"]
+        self.outputs = manifest["outputs"]
+        self.timeout = timeout
+
+    def __call__(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import tempfile
+        env = dict(os.environ)
+        for key, value in self.SANITIZER_ENV.items():
+            env.setdefault(key, value)
+        with tempfile.TemporaryDirectory(prefix="tinyc-run-") as tmp:
+            args = [str(self.exe)]
+            for i, spec in enumerate(self.inputs):
+                arr = np.ascontiguousarray(to_model_input(spec, feeds[spec["name"]]))
+                data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+                path = Path(tmp) / f"in{i}.bin"
+                path.write_bytes(data or bytes(arr.dtype.itemsize))  # main.c gives a zero-size tensor one element
+                args.append(str(path))
+            outs = [Path(tmp) / f"out{i}.bin" for i in range(len(self.outputs))]
+            args += [str(p) for p in outs]
+            try:
+                proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                raise RunError(f"{self.exe.name} did not finish within {self.timeout:g} s") from None
+            report = (proc.stderr or "").strip()
+            if proc.returncode != 0 or "runtime error:" in report:
+                tail = "\n".join(report.splitlines()[-40:])
+                raise RunError(f"{self.exe.name} failed (exit {proc.returncode})" + (f":\n{tail}" if tail else ""))
+            results = {}
+            for spec, path in zip(self.outputs, outs):
+                dt = np.dtype(spec["dtype"]).newbyteorder("<")
+                count = int(np.prod(spec["shape"], dtype=np.int64))
+                raw = path.read_bytes()
+                results[spec["name"]] = np.frombuffer(raw, dtype=dt, count=count).astype(dt.newbyteorder("="))\
+                    .reshape(spec["shape"])
+            return results
 
 
 def profile_layers(out_dir: str | os.PathLike, feeds: Mapping[str, np.ndarray], repeat: int = 50) -> list[dict[str, Any]]:
@@ -215,7 +237,11 @@ def profile_layers(out_dir: str | os.PathLike, feeds: Mapping[str, np.ndarray], 
     import time
     out = Path(out_dir)
     manifest = load_manifest(out)
-    model = HostModel(build(out), manifest)
+    lib = build(out)
+    if is_sanitized(lib):
+        raise RunError(f"{out} is a sanitizer build: per-layer timing loads the library in-process, which a "
+                       "sanitizer runtime does not allow (compile without -fsanitize to profile)")
+    model = HostModel(lib, manifest)
     model(feeds)  # fills the arena with real intermediate values
     prefix = manifest["prefix"]
     run_layer = getattr(model.lib, f"{prefix}_run_layer")

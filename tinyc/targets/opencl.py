@@ -18,9 +18,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from tinyc.errors import BuildError, RunError, UsageError
-from tinyc.quantize.io import to_model_input
-from tinyc.targets.host import (MANIFEST, _write_if_changed, batch_size, load_manifest, resolve_input_names,
-                                sample, stack_outputs)
+from tinyc.quantize.feeds import prepare_feeds, stack_outputs, to_model_input
+from tinyc.targets.host import MANIFEST, _write_if_changed, load_manifest
 
 
 def write_project(out_dir: Path, files: Mapping[str, str], blobs: Mapping[str, bytes],
@@ -287,20 +286,19 @@ def run_batch(out_dir: str | os.PathLike, inputs: Mapping[str, np.ndarray], devi
               profile: bool = False) -> dict[str, np.ndarray]:
     """`tinyc.targets.host.run_batch` on an OpenCL device (same input conventions). With profile,
     the outputs also hold "__kernel_ns__": per-kernel device times [inferences, kernels]."""
+    feeds = prepare_feeds(load_manifest(Path(out_dir)), inputs)  # the data is checked before a device is touched
     model = OpenCLModel(out_dir, device=device, profile=profile)
     manifest = model.manifest
-    inputs = resolve_input_names(manifest, inputs)
-    n, mode = batch_size(manifest, inputs)
+    n = feeds.n
     results: dict[str, list[np.ndarray]] = {o["name"]: [] for o in manifest["outputs"]}
     times = []
     from tqdm import tqdm
     for k in tqdm(range(n), desc="inferences", unit="inf", leave=False, disable=n < 200 or not sys.stderr.isatty()):
-        feeds = {s["name"]: sample(inputs[s["name"]], s["shape"], mode, k) for s in manifest["inputs"]}
-        for name, value in model(feeds).items():
+        for name, value in model(feeds.raw(k)).items():
             results[name].append(value)
         if profile:
             times.append(model.last_times_ns)
-    out = stack_outputs(results, mode)
+    out = stack_outputs(results, feeds.mode)
     if profile:
         out["__kernel_ns__"] = np.asarray(times, dtype=np.int64)
     return out
