@@ -48,8 +48,12 @@ const char *tinyc_status_str(tinyc_status_t status);
 /* Copy `n` bytes; a tiny memcpy so bare-metal builds need no libc for it. */
 void tinyc_copy(void *dst, const void *src, size_t n);
 
-TINYC_INLINE float tinyc_minf(float a, float b) { return a < b ? a : b; }
-TINYC_INLINE float tinyc_maxf(float a, float b) { return a > b ? a : b; }
+/* Float min/max with IEEE/ONNX (= onnxruntime) NaN semantics: a NaN in either argument gives
+ * NaN (so Relu(NaN), Clip(NaN), MaxPool over a NaN are NaN, never a finite number); equal
+ * arguments (0.0f and -0.0f) give b. The NaN test `a != a` costs one extra compare and still
+ * vectorises (cmpunord + or + blend); it needs a build without -ffinite-math-only/-ffast-math. */
+TINYC_INLINE float tinyc_minf(float a, float b) { return (a < b || a != a) ? a : b; }
+TINYC_INLINE float tinyc_maxf(float a, float b) { return (a > b || a != a) ? a : b; }
 TINYC_INLINE int32_t tinyc_mini(int32_t a, int32_t b) { return a < b ? a : b; }
 TINYC_INLINE int32_t tinyc_maxi(int32_t a, int32_t b) { return a > b ? a : b; }
 

@@ -141,8 +141,9 @@ typedef ulong uint64_t;
     "exp", "expm1", "log", "log1p", "sqrt", "fabs", "tanh", "pow", "erf", "tan", "sinh", "sin",
     "cos", "cosh", "rint", "floor", "ceil", "atanh", "atan", "asinh", "asin", "acosh", "acos",
     "fmod", "fmin", "fmax", "round", "trunc", "nearbyint", "copysign", "log2", "exp2", "log10")) + r"""
-TINYC_INLINE float tinyc_minf(float a, float b) { return a < b ? a : b; }
-TINYC_INLINE float tinyc_maxf(float a, float b) { return a > b ? a : b; }
+/* NaN in either argument gives NaN (IEEE/ONNX, as runtime_c/include/tinyc_rt.h) */
+TINYC_INLINE float tinyc_minf(float a, float b) { return (a < b || a != a) ? a : b; }
+TINYC_INLINE float tinyc_maxf(float a, float b) { return (a > b || a != a) ? a : b; }
 TINYC_INLINE int32_t tinyc_mini(int32_t a, int32_t b) { return a < b ? a : b; }
 TINYC_INLINE int32_t tinyc_maxi(int32_t a, int32_t b) { return a > b ? a : b; }
 """

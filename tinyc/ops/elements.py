@@ -81,6 +81,7 @@ class _Elements(OpDef):
         ctx = _walk_context(x.shape, ind.shape, node.attrs["axis"])
         ctx.update(runtime_indices=not ind.is_constant, itype=CTYPES[ind.dtype], scatter=self.op == "ScatterElements",
                    reduction=node.attrs.get("reduction", "none"), count=ind.size,
+                   is_float=x.dtype in ("float32", "float64"),
                    wrap={"int32": "(uint32_t)", "int64": "(uint64_t)", "uint16": "(uint32_t)", "uint32": "(uint32_t)",
                          "uint64": "(uint64_t)"}.get(x.dtype, ""))
         return ctx
@@ -161,7 +162,7 @@ class ScatterElements(_Elements):
             elif red == "mul":
                 y[t] = y[t] * u
             elif red == "max":
-                y[t] = max(y[t], u)
+                y[t] = np.maximum(y[t], u)  # a NaN in either propagates, as the C kernel
             else:
-                y[t] = min(y[t], u)
+                y[t] = np.minimum(y[t], u)
         return [y]

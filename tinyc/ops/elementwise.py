@@ -37,16 +37,24 @@ class UnarySpec:
     dtypes: tuple[str, ...] = ("float32",)
 
 
+def _clip_bounds(a: dict[str, Any]) -> tuple[float, float]:
+    """Clip's (min, max); a NaN bound is no bound, as onnxruntime does (a NaN input stays NaN)."""
+    lo, hi = float(a["min"]), float(a["max"])
+    return (-math.inf if math.isnan(lo) else lo), (math.inf if math.isnan(hi) else hi)
+
+
 def _clip_np(x: np.ndarray, a: dict[str, Any]) -> np.ndarray:
-    return np.minimum(np.maximum(x, np.asarray(a["min"], x.dtype)), np.asarray(a["max"], x.dtype))
+    lo, hi = _clip_bounds(a)
+    return np.minimum(np.maximum(x, np.asarray(lo, x.dtype)), np.asarray(hi, x.dtype))
 
 
 def _clip_c(x: str, a: dict[str, Any]) -> str:
+    lo, hi = _clip_bounds(a)
     e = x
-    if a["min"] != -math.inf:
-        e = f"tinyc_maxf({e}, {F(a['min'])})"
-    if a["max"] != math.inf:
-        e = f"tinyc_minf({e}, {F(a['max'])})"
+    if lo != -math.inf:
+        e = f"tinyc_maxf({e}, {F(lo)})"
+    if hi != math.inf:
+        e = f"tinyc_minf({e}, {F(hi)})"
     return e
 
 
@@ -105,7 +113,8 @@ UNARY: list[UnarySpec] = [
     UnarySpec("Asinh", lambda x, a: np.arcsinh(x), lambda x, a: f"asinhf({x})", {}),
     UnarySpec("Acosh", lambda x, a: np.arccosh(x), lambda x, a: f"acoshf({x})", {}),
     UnarySpec("Atanh", lambda x, a: np.arctanh(x), lambda x, a: f"atanhf({x})", {}),
-    UnarySpec("Sign", lambda x, a: np.sign(x), lambda x, a: f"(float)((({x}) > 0.0f) - (({x}) < 0.0f))", {}),
+    UnarySpec("Sign", lambda x, a: np.sign(x),  # Sign(NaN) = NaN (numpy, onnxruntime)
+              lambda x, a: f"(({x}) != ({x}) ? ({x}) : (float)((({x}) > 0.0f) - (({x}) < 0.0f)))", {}),
 ]
 
 
@@ -213,8 +222,9 @@ BINARY: list[BinarySpec] = [
     BinarySpec("Div", _div_np, "a / b", "a / b"),
     BinarySpec("Pow", _pow_np, "powf(a, b)"),
     BinarySpec("PRelu", lambda a, b: np.where(a < 0, a * b, a).astype(a.dtype), "(a < 0.0f ? a * b : a)"),
-    BinarySpec("Max", np.maximum, "(a > b || b != b ? a : b)", "(a > b ? a : b)"),
-    BinarySpec("Min", np.minimum, "(a < b || b != b ? a : b)", "(a < b ? a : b)"),
+    # float: a NaN in either operand gives NaN (np.maximum, onnxruntime); equal operands give b
+    BinarySpec("Max", np.maximum, "(a > b || a != a ? a : b)", "(a > b ? a : b)"),
+    BinarySpec("Min", np.minimum, "(a < b || a != a ? a : b)", "(a < b ? a : b)"),
     BinarySpec("Equal", np.equal, "(a == b)", "(a == b)", "bool"),
     BinarySpec("Less", np.less, "(a < b)", "(a < b)", "bool"),
     BinarySpec("Greater", np.greater, "(a > b)", "(a > b)", "bool"),

@@ -57,10 +57,14 @@ class Pool(OpDef):
             ctx.unsupported("the Indices output of MaxPool is not supported")
         if int(ctx.attr("storage_order", 0)):
             ctx.unsupported("storage_order=1 is not supported")
+        if ctx.attr("kernel_shape") is None:
+            ctx.invalid("the kernel_shape attribute is required")
         kernel = [int(k) for k in ctx.attr("kernel_shape")]
         strides = [int(s) for s in (ctx.attr("strides") or [1] * n)]
         dil = [int(d) for d in (ctx.attr("dilations") or [1] * n)]
         pads = resolve_pads(ctx, xs[2:], kernel, strides, dil)
+        if any(pads[i] >= kernel[i] or pads[i + n] >= kernel[i] for i in range(n)):
+            ctx.invalid(f"pads {pads} must be smaller than the kernel {kernel} (onnxruntime refuses larger ones)")
         return ctx.make_node("Pool", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], kind=kind, kernel=kernel,
                              strides=strides, pads=pads, dilations=dil, ceil_mode=int(ctx.attr("ceil_mode", 0)),
                              count_include_pad=int(ctx.attr("count_include_pad", 0)), layout="NCHW",
@@ -122,7 +126,8 @@ class Pool(OpDef):
                     # an all-padding window (possible only with odd dilations) gives the type's minimum
                     y[:, oh, ow] = win.max(axis=(1, 2)) if win.size else empty
                 else:
-                    y[:, oh, ow] = win.sum(axis=(1, 2)) / max(1, ch * cw)
+                    with np.errstate(invalid="ignore"):  # Inf + -Inf in a window: NaN, as the C
+                        y[:, oh, ow] = win.sum(axis=(1, 2)) / max(1, ch * cw)
         y = y.reshape(m["N"], *([m["OH"], m["OW"]][2 - m["n"]:]), m["C"]).astype(inputs[0].dtype)
         if a["layout"] == "NCHW":
             y = np.moveaxis(y, -1, 1)

@@ -267,6 +267,26 @@ for _spec in REDUCE:
     register_instance(ReduceOp(_spec))
 
 
+def running_arg(x: np.ndarray, axis: int, kind: str = "max", last: bool = False) -> np.ndarray:
+    """Index of the max (min) along `axis` found as the C kernels and onnxruntime find it: a running
+    best from the first element, replaced by an element strictly better (or equal, when `last`).
+    No comparison with NaN is true, so NaNs are skipped, except a leading one, which is never
+    replaced (index 0). ONNX's reference (np.argmax) returns the first NaN instead. Without NaN
+    this is np.argmax / np.argmin (the last of equal extremes when `last`)."""
+    fn = np.argmax if kind == "max" else np.argmin
+    if x.dtype.kind != "f" or not np.isnan(x).any():
+        return x.shape[axis] - 1 - fn(np.flip(x, axis=axis), axis=axis) if last else fn(x, axis=axis)
+    xs = np.moveaxis(x, axis, 0)
+    best, arg = xs[0], np.zeros(xs.shape[1:], np.int64)
+    for k in range(1, xs.shape[0]):
+        v = xs[k]
+        better = (v > best) if kind == "max" else (v < best)
+        if last:
+            better |= v == best
+        best, arg = np.where(better, v, best), np.where(better, k, arg)
+    return arg
+
+
 @register
 class ArgMax(OpDef):
     """ArgMax/ArgMin: attrs `kind` (max|min), `axis`, `keepdims`, `last` (select_last_index)."""
@@ -298,11 +318,7 @@ class ArgMax(OpDef):
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         x, ax = inputs[0], node.attrs["axis"]
-        fn = np.argmax if node.attrs["kind"] == "max" else np.argmin
-        if node.attrs["last"]:
-            y = x.shape[ax] - 1 - fn(np.flip(x, axis=ax), axis=ax)
-        else:
-            y = fn(x, axis=ax)
+        y = running_arg(x, ax, node.attrs["kind"], bool(node.attrs["last"]))
         if node.attrs["keepdims"]:
             y = np.expand_dims(y, ax)
         return [np.ascontiguousarray(y.astype(np.int64))]

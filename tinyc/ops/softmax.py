@@ -14,6 +14,7 @@ import numpy as np
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, OutputType, register
+from tinyc.ops.reduce import running_arg
 
 KINDS = {"Softmax": "softmax", "LogSoftmax": "logsoftmax", "Hardmax": "hardmax"}
 FLOAT_FNS = {"float": {"exp": "expf", "log": "logf"}, "double": {"exp": "exp", "log": "log"}}
@@ -67,9 +68,11 @@ class Softmax(OpDef):
         x3 = x.reshape(outer, n, inner).astype(np.float64)
         kind = node.attrs["kind"]
         if kind == "hardmax":
+            # the first maximum by a running comparison (as ArgMax); a NaN there (only a
+            # leading NaN stays the best) gives a row of zeros, as onnxruntime does
             y = np.zeros_like(x3)
-            idx = np.argmax(x3, axis=1)
-            np.put_along_axis(y, idx[:, None, :], 1.0, axis=1)
+            idx = running_arg(x3, 1, "max")[:, None, :]
+            np.put_along_axis(y, idx, np.where(np.isnan(np.take_along_axis(x3, idx, axis=1)), 0.0, 1.0), axis=1)
         else:
             m = x3.max(axis=1, keepdims=True)
             with np.errstate(all="ignore"):
