@@ -1,10 +1,11 @@
 """Human-readable compile report: report.md (RAM, flash, MACs per layer) and memory.svg (the
-arena plan: every buffer as a box, execution step across, byte offset down)."""
+arena plan: every buffer as a box, execution step across, byte offset down). Names come from the
+model (untrusted): escaped for Markdown (md_text) and XML (xml_text), so they add no markup."""
 from __future__ import annotations
 
-import html
 from typing import Any
 
+from tinyc.codegen.emitter import md_text, xml_text
 from tinyc.memory import MemoryLayout
 
 _COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
@@ -26,7 +27,7 @@ def memory_svg(layout: MemoryLayout, width: int = 900, height: int = 360) -> str
         w = max(1.0, plot_w * (b.last - b.first + 1) / steps)
         y = top + plot_h * off / arena
         h = max(1.0, plot_h * b.size / arena)
-        title = html.escape(f"{b.name}: {b.size} B at {off}, steps {b.first}-{b.last}")
+        title = f"{xml_text(b.name)}: {b.size} B at {off}, steps {b.first}-{b.last}"
         out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{_COLORS[k % 10]}" '
                    f'fill-opacity="0.75" stroke="#333" stroke-width="0.5"><title>{title}</title></rect>')
     out.append(f'<text x="{left}" y="{height - 22}">step 0</text>')
@@ -42,14 +43,14 @@ def memory_svg(layout: MemoryLayout, width: int = 900, height: int = 360) -> str
 def markdown_report(report: dict[str, Any]) -> str:
     r = report
     lines = [
-        f"# tinyc report: {r['model']} ({r.get('target', 'host')})", "",
+        f"# tinyc report: {md_text(r['model'])} ({md_text(r.get('target', 'host'))})", "",
         "| | |", "|---|---:|",
         f"| MACs per inference | {r['macs']:,} |",
         f"| parameters | {r['params']:,} |",
         f"| weights (flash) | {r['weights_bytes']:,} B |",
         f"| arena (RAM) | {r['arena_bytes']:,} B |",
         f"| arena lower bound | {r['arena_lower_bound_bytes']:,} B |",
-        f"| memory strategy | {r['memory_strategy']} |", "",
+        f"| memory strategy | {md_text(r['memory_strategy'])} |", "",
         "Strategies tried (arena bytes): " + ", ".join(f"{k} {v:,}" for k, v in sorted(r["memory_strategies"].items())),
         "", "![arena plan](memory.svg)", "",
         "## Layers", "",
@@ -60,8 +61,8 @@ def markdown_report(report: dict[str, Any]) -> str:
     for i, layer in enumerate(r["layers"]):
         shape = "x".join(map(str, layer["output_shape"]))
         kind = layer["op"] + (" (view)" if layer.get("alias") else "")
-        sched = ", ".join(f"{k}={v}" for k, v in sorted(layer.get("schedule", {}).items()))
-        name = layer["name"].replace("|", "\\|")
+        sched = md_text(", ".join(f"{k}={v}" for k, v in sorted(layer.get("schedule", {}).items())), 400)
+        name = md_text(layer["name"])
         lines.append(f"| {i} | {name} | {kind} | {shape} | {layer['macs']:,} | {100 * layer['macs'] / total:.1f}% "
                      f"| {layer['params']:,} | {layer['arena_offset']:,} | {layer['arena_size']:,} | {sched} |")
     if "quantization" in r:

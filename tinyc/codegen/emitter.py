@@ -7,7 +7,10 @@ Deterministic: the same graph and plan always give byte-identical text.
 from __future__ import annotations
 
 import functools
+import hashlib
+import html
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -21,24 +24,125 @@ from tinyc.ir import Graph, Node, Tensor
 from tinyc.memory import MemoryLayout
 from tinyc.ops import get_op
 from tinyc.ops.base import ctype, strides_of
-from tinyc.resources import templates_dir
+from tinyc.resources import runtime_dir, templates_dir
 
 
-def c_identifier(text: str, fallback: str = "model") -> str:
+#: C keywords (C99, C11, C23) and the C23 spellings of old macros: never a generated identifier.
+C_KEYWORDS = frozenset((
+    "auto break case char const continue default do double else enum extern float for goto if inline int long "
+    "register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while "
+    "_Bool _Complex _Imaginary _Alignas _Alignof _Atomic _Generic _Noreturn _Static_assert _Thread_local _BitInt "
+    "_Decimal32 _Decimal64 _Decimal128 alignas alignof bool constexpr false nullptr static_assert thread_local true "
+    "typeof typeof_unqual asm fortran").split())
+
+#: Longest identifier body made from a model-given name (C99 guarantees 63 significant characters).
+MAX_IDENT = 40
+#: Longest C prefix (every exported symbol, macro, file and CMake target starts with it).
+MAX_PREFIX = 32
+#: CMake's reserved target names (the prefix names the library target).
+_CMAKE_RESERVED = frozenset((
+    "all all_build clean depend edit_cache help install install_local install_strip list_install_components "
+    "package package_source preinstall rebuild_cache run_tests zero_check").split())
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+
+
+def c_identifier(text: str, fallback: str = "model", max_len: int = MAX_IDENT) -> str:
+    """A C identifier made from untrusted text: only ASCII [A-Za-z0-9_], no leading underscore
+    (reserved) or digit, never a keyword, at most `max_len` characters. A longer one keeps its start
+    and ends in 8 hex digits of the text's hash, so that different long names stay different.
+    Callers that need several make them unique themselves (sanitising maps `a-b` and `a_b` alike)."""
+    text = str(text)
     ident = re.sub(r"[^0-9A-Za-z_]", "_", text).strip("_") or fallback
-    if ident[0].isdigit():
+    if ident[0].isdigit() or ident in C_KEYWORDS:
         ident = f"m_{ident}"
+    if len(ident) > max_len:
+        ident = ident[:max_len - 9].rstrip("_") + "_" + _short_hash(text)
     return ident
 
+
+@functools.lru_cache(maxsize=1)
+def _reserved_prefixes() -> frozenset[str]:
+    """Prefixes whose files would collide with the runtime's or the project's (main.c, tinyc_rt.h,
+    model_cl.c ...): every file stem under runtime_c/ and templates/project/, plus `main`."""
+    stems = {"main", "harness_main", "harness_host"}
+    for root in (runtime_dir(), templates_dir() / "project"):
+        stems.update(p.name.split(".")[0].lower() for p in root.rglob("*") if p.is_file())
+    return frozenset(stems | _CMAKE_RESERVED | C_KEYWORDS)
+
+
+def c_prefix(text: str) -> str:
+    """The C prefix of a model (symbols `<prefix>_run` ..., files `<prefix>.c` ..., the CMake target):
+    `c_identifier` of untrusted text, lower case, at most MAX_PREFIX characters, and never one of
+    tinyc's own names: `main`, a runtime or project file's name, anything starting `tinyc`, a CMake
+    reserved target or a C keyword become `m_<name>`. Idempotent."""
+    prefix = c_identifier(text, "model", MAX_PREFIX).lower()
+    if prefix.startswith("tinyc") or prefix in _reserved_prefixes():
+        prefix = f"m_{prefix}"
+        if len(prefix) > MAX_PREFIX:
+            prefix = prefix[:MAX_PREFIX - 9].rstrip("_") + "_" + _short_hash(str(text))
+    return prefix
 
 def _overlap(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool:
     """Whether two arena byte ranges overlap: such operands must not be `restrict`."""
     return a is not None and b is not None and a[0] < b[1] and b[0] < a[1]
 
 
-def c_string_literal(text: str) -> str:
-    """Escape `text` (UTF-8) for a C string literal (the content between the quotes)."""
-    raw = text.encode("utf-8")
+#: Longest model-given text in one generated comment, as written (escapes count in full).
+COMMENT_LIMIT = 120
+#: Longest model-given text in one C string literal, in UTF-8 bytes (ISO C99 compilers need only
+#: take 4095 characters in a literal; gcc -pedantic warns beyond that).
+STRING_LIMIT = 1024
+#: Longest model-given text in one line of Markdown or SVG (report.md, memory.svg, README.md).
+TEXT_LIMIT = 200
+
+
+def _escape_char(ch: str) -> str:
+    o = ord(ch)
+    return f"\\u{o:04X}" if o <= 0xFFFF else f"\\U{o:08X}"
+
+
+def _bounded(pieces: Any, limit: int) -> str:
+    """Join escaped pieces up to `limit` characters; "..." marks a cut."""
+    out: list[str] = []
+    n = 0
+    for piece in pieces:
+        if n + len(piece) > limit:
+            out.append("...")
+            break
+        out.append(piece)
+        n += len(piece)
+    return "".join(out)
+
+
+def c_comment(text: Any, limit: int = COMMENT_LIMIT) -> str:
+    """Untrusted text for the inside of a /* */ comment of C or OpenCL C, and of a #-comment line of
+    CMake or make: printable ASCII only (a backslash doubled, any other character as \\uXXXX or
+    \\UXXXXXXXX, so no newline), at most `limit` characters (then "..."), and no `*/`, `/*` or `??`
+    (a trigraph) left: a space breaks each up. Place it between separators (spaces, quotes)."""
+    def pieces() -> Any:
+        for ch in str(text):
+            if ch == "\\":
+                yield "\\\\"
+            elif " " <= ch <= "~":
+                yield ch
+            else:
+                yield _escape_char(ch)
+    s = _bounded(pieces(), limit)
+    while "*/" in s or "/*" in s or "??" in s:
+        s = s.replace("*/", "* /").replace("/*", "/ *").replace("??", "? ?")
+    return s
+
+
+def c_string_literal(text: str, limit: int = STRING_LIMIT) -> str:
+    """Escape `text` (UTF-8) for a C string literal (the content between the quotes): printable ASCII
+    but `"`, `\\` and `?` (trigraphs) as itself, every other byte as a 3-digit octal escape. Text of
+    more than `limit` bytes is cut at a character boundary and ends in "..."."""
+    raw = str(text).encode("utf-8", "replace")
+    if len(raw) > limit:
+        raw = raw[:max(0, limit - 3)].decode("utf-8", "ignore").encode("utf-8") + b"..."
     out = []
     for b in raw:
         ch = chr(b)
@@ -49,6 +153,48 @@ def c_string_literal(text: str) -> str:
         else:
             out.append(f"\\{b:03o}")
     return "".join(out)
+
+
+def _unprintable(ch: str) -> bool:
+    """Control, format (bidi overrides), surrogate, private, unassigned and line/paragraph separator
+    characters: what must not reach a line of Markdown or XML as itself."""
+    return unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
+
+
+def md_text(text: Any, limit: int = TEXT_LIMIT) -> str:
+    """Untrusted text for one line of Markdown (a heading, a table cell): unprintable characters as
+    \\uXXXX, `<`, `>`, `&` as entities (no HTML), and Markdown's `\\ ` * [ ] | ~ $` backslash-escaped
+    (no links, images, code spans or table cells); at most `limit` characters (then "...")."""
+    def pieces() -> Any:
+        for ch in str(text):
+            if _unprintable(ch):
+                yield _escape_char(ch)
+            elif ch in "<>&":
+                yield {"<": "&lt;", ">": "&gt;", "&": "&amp;"}[ch]
+            elif ch in "\\`*[]|~$":
+                yield "\\" + ch
+            else:
+                yield ch
+    return _bounded(pieces(), limit)
+
+
+def xml_text(text: Any, limit: int = TEXT_LIMIT) -> str:
+    """Untrusted text for XML character data or a quoted attribute (SVG): unprintable characters
+    (XML 1.0 forbids most control characters) as \\uXXXX, markup characters as entities; at most
+    `limit` characters before escaping the markup (then "...")."""
+    s = _bounded((_escape_char(ch) if _unprintable(ch) else ch for ch in str(text)), limit)
+    return html.escape(s, quote=True)
+
+
+def register_filters(env: jinja2.Environment) -> jinja2.Environment:
+    """The escaping filters every template that prints a model-given text uses: `c_comment`,
+    `c_string` (C string-literal content), `c_ident`, `md_text` and `xml_text`."""
+    env.filters["c_comment"] = c_comment
+    env.filters["c_string"] = lambda v: c_string_literal(str(v))
+    env.filters["c_ident"] = c_identifier
+    env.filters["md_text"] = md_text
+    env.filters["xml_text"] = xml_text
+    return env
 
 
 @dataclass
@@ -94,7 +240,7 @@ class Layer:
     fn: str
     code: str
     params: list[KernelParam]
-    comment: str
+    comment: str             # C comment text (escaped: tinyc.codegen.emitter.c_comment)
     name_literal: str = ""   # the ONNX node name as C string-literal content
 
 
@@ -124,7 +270,7 @@ def _env() -> jinja2.Environment:
     env.filters["clit"] = c_literal
     env.filters["ctype"] = ctype
     env.globals["np"] = np
-    return env
+    return register_filters(env)
 
 
 def activation_expr(node: Node) -> Callable[[str], str]:
@@ -157,6 +303,8 @@ WEIGHT_ALIGN = 64
 
 def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str, Any]],
                prefix: str, dialect: Dialect = C99) -> GeneratedModel:
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", prefix):
+        raise ValueError(f"C prefix {prefix!r} is not an identifier (tinyc.codegen.emitter.c_prefix makes one)")
     env = _env()
     weight_syms: dict[str, str] = {}
     weights: list[dict[str, Any]] = []
@@ -241,10 +389,10 @@ def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str
                                    f"{opdef.template} failed: {exc}") from exc
         shapes = ", ".join("x".join(map(str, graph.tensor(o).shape)) or "scalar" for o in node.outputs if o)
         src = node.source or node.name
-        comment = f"layer {idx}: {node.op} '{src}' -> {shapes}" + (
-            f" schedule {sched}" if sched else "")
-        layers.append(Layer(idx, node, fn, code.rstrip() + "\n", params, comment.replace("*/", "* /"),
-                            c_string_literal(src)))
+        # model-given text (the node name; knob values may come from a tuning log) is escaped
+        comment = f"layer {idx}: {c_comment(node.op)} '{c_comment(src)}' -> {shapes}" + (
+            f" schedule {c_comment(sched, 400)}" if sched else "")
+        layers.append(Layer(idx, node, fn, code.rstrip() + "\n", params, comment, c_string_literal(src)))
 
     used: set[str] = set()
     io_inputs = [_io_view(graph, n, n, "in", k, layout, used) for k, n in enumerate(graph.inputs)]
@@ -271,9 +419,9 @@ def _io_view(graph: Graph, public: str, name: str, kind: str, k: int, layout: Me
              used: set[str]) -> dict[str, Any]:
     t: Tensor = graph.tensor(name)
     ident = f"{kind}_{c_identifier(public, f'{kind}{k}')}"
-    while ident in used:
+    while ident.lower() in used:  # case-blind: the header's macros spell it in upper case
         ident += "_"
-    used.add(ident)
+    used.add(ident.lower())
     return {"tensor": public, "ident": ident, "ctype": ctype(t.dtype), "shape": t.shape,
             "count": t.size, "bytes": t.nbytes, "const": t.is_constant,
             "offset": None if t.is_constant else layout.offsets[layout.buffer_of(name)],

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import jinja2
 
 from tinyc import __version__
-from tinyc.codegen.emitter import c_identifier, c_string_literal
+from tinyc.codegen.emitter import c_identifier, c_prefix, register_filters
 from tinyc.ir import Graph
 from tinyc.resources import templates_dir
 
@@ -33,19 +33,12 @@ def host_file_names(prefix: str) -> dict[str, str]:
             "cmake": "CMakeLists.txt", "executable": f"{prefix}_cl"}
 
 
-def _c_comment(text: Any) -> str:
-    """Text that cannot end the /* */ comment it is placed in, nor break its line."""
-    return " ".join(str(text).replace("*/", "* /").split())
-
-
 @lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
     """One environment per process: the ONNX suite compiles hundreds of OpenCL folders."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
-    env.filters["c_string"] = lambda v: c_string_literal(str(v))
-    env.filters["c_comment"] = _c_comment
-    return env
+    return register_filters(env)  # c_string, c_comment: model-given names are escaped
 
 
 def _tensors(specs: list[Mapping[str, Any]], places: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -62,7 +55,7 @@ def host_program_files(manifest: Mapping[str, Any]) -> dict[str, str]:
     """File name -> text of the host program for an OpenCL manifest (prefix, model, inputs,
     outputs and the "opencl" entry with program, weights, arena/weights bytes, kernels and the
     I/O placements). A kernel's "local_bytes" (its __local scratch) defaults to 0."""
-    prefix = str(manifest["prefix"])
+    prefix = c_prefix(str(manifest["prefix"]))  # tinyc's own already; an edited manifest's made one
     spec = manifest["opencl"]
     kernels = [{"index": int(k["index"]), "fn": k["fn"], "name": k["name"], "op": k["op"],
                 "global_size": max(1, int(k["global_size"])), "local_size": max(0, int(k.get("local_size") or 0)),

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from tinyc import __version__
+from tinyc.codegen.emitter import c_comment
 from tinyc.codegen.opencl import global_size, local_bytes, program_source
 from tinyc.codegen.opencl_host import graph_host_program_files, host_file_names
 from tinyc.ir import Graph
@@ -38,7 +39,9 @@ def weights_blob(graph: Graph, weights: list[dict[str, Any]]) -> bytes:
 def opencl_files(graph: Graph, gen: Any, layout: MemoryLayout, schedules: dict[str, dict[str, Any]],
                  prefix: str) -> tuple[dict[str, str], dict[str, bytes], dict[str, Any]]:
     """(text files, binary files, manifest entries) of an OpenCL build of `gen`."""
-    source = program_source(prefix, graph.name, __version__, [(layer.comment, layer.code) for layer in gen.layers])
+    # the model's name goes into the program's header comment: escaped (layer comments already are)
+    source = program_source(prefix, c_comment(graph.name), __version__,
+                            [(layer.comment, layer.code) for layer in gen.layers])
     kernels = []
     for layer in gen.layers:
         sched = schedules.get(layer.node.name, {})

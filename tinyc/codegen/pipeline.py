@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tinyc.codegen.dialect import C99, OPENCL
-from tinyc.codegen.emitter import c_identifier, generate_c
+from tinyc.codegen.emitter import c_comment, c_prefix, c_string_literal, generate_c
 from tinyc.ir import Graph
 from tinyc.memory import MemoryLayout, check_plan, plan_graph_memory
 from tinyc.ops import get_op
@@ -25,7 +25,8 @@ class GeneratedProject:
 
 def generate(graph: Graph, prefix: str | None = None, target: str = "host",
              schedules: dict[str, dict[str, Any]] | None = None) -> GeneratedProject:
-    prefix = c_identifier(prefix or graph.name).lower()
+    # names in the model (and --name) are untrusted text: the prefix is tinyc's own identifier
+    prefix = c_prefix(prefix or graph.name)
     schedules = schedules if schedules is not None else default_schedules(graph, target)
     layout = plan_graph_memory(graph, schedules)
     check_plan(layout.buffers, layout.plan)  # a wrong plan must never reach the C code
@@ -59,7 +60,11 @@ def _io_spec(graph: Graph, public: str, internal: str) -> dict[str, Any]:
 
 def _render_context(graph: Graph, gen: Any, prefix: str) -> dict[str, Any]:
     keep = ("ident", "ctype", "count")
-    return {"prefix": prefix, "model": graph.name,
+    # the model's name also pre-escaped, for project templates rendered outside tinyc.codegen's
+    # Jinja environment (host main.c, the firmware harness): model_comment for a C/CMake comment,
+    # model_cstr for the inside of a C string literal
+    return {"prefix": prefix, "model": graph.name, "model_comment": c_comment(graph.name),
+            "model_cstr": c_string_literal(graph.name),
             "inputs": [{k: v[k] for k in keep} for v in gen.inputs],
             "outputs": [{k: v[k] for k in keep} for v in gen.outputs]}
 

@@ -35,6 +35,8 @@ def write_library_project(out_dir: Path, files: Mapping[str, str], manifest: dic
     `files`/`manifest` are what `tinyc.codegen.generate` returned. Unchanged files keep their
     mtimes, so the user's incremental build does not recompile an unchanged model."""
     import jinja2
+
+    from tinyc.codegen.emitter import register_filters
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     prefix = manifest["prefix"]
@@ -48,6 +50,7 @@ def write_library_project(out_dir: Path, files: Mapping[str, str], manifest: dic
     ctx = _render_context(manifest, board, files)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    register_filters(env)  # model-given text in comments and the README is escaped (c_comment, md_text)
     env.globals["cmake_ref"] = lambda name: "${" + name + "}"
     tpl = "project/library/"
     _write_if_changed(out_dir / "CMakeLists.txt", env.get_template(tpl + "CMakeLists.txt.j2").render(**ctx))
