@@ -384,6 +384,125 @@ def test_user_board_dir_and_unknown_board(tmp_path):
         boards.load_board("nope")
 
 
+# --- the board schema: every defect of a user-written board file is one line naming file and key --
+
+@pytest.mark.parametrize("name,old,new,message", [
+    # the core, its FPU, ABI and extensions
+    ("mps2-an386", 'core = "cortex-m4"', 'core = "riscv"', r"\[cpu\] core is 'riscv'; expected one of cortex-m0, "),
+    ("mps2-an386", 'core = "cortex-m4"', "core = 4", r"\[cpu\] core must be a string, got 4"),
+    ("mps2-an386", 'fpu = "fpv4-sp-d16"', 'fpu = "fpv5-d16"', r"\[cpu\] fpu 'fpv5-d16' does not exist on a cortex-m4; "
+                                                            r"expected one of none, fpv4-sp-d16"),
+    ("mps2-an386", 'fpu = "fpv4-sp-d16"', 'fpu = "vfp9"', r"\[cpu\] fpu is 'vfp9'; expected one of none, "),
+    ("mps2-an385", 'float_abi = "soft"', 'float_abi = "hard"', r"\[cpu\] float_abi 'hard' needs an FPU, but \[cpu\] "
+                                                              r"fpu is 'none'"),
+    ("mps2-an385", "dsp = false", "dsp = true", r"\[cpu\] dsp = true, but a cortex-m3 \(armv7-m\) has no DSP"),
+    ("mps2-an386", "mve = false", "mve = true", r"\[cpu\] mve = true, but a cortex-m4 has no Helium"),
+    ("mps2-an386", "clock_hz = 25000000", "clock_hz = 0x10000000000", r"\[cpu\] clock_hz must be in 1\.\.4294967295"),
+    # the flags must build what [cpu] says
+    ("mps2-an386", "-mcpu=cortex-m4 ", "-mcpu=cortex-m7 ", r"\[toolchain\] cflags say -mcpu=cortex-m7, but \[cpu\] "
+                                                         r"core is 'cortex-m4'"),
+    ("mps2-an386", "-mcpu=cortex-m4 ", "", r"\[toolchain\] cflags do not select the core: add -mcpu=cortex-m4$"),
+    ("mps2-an386", "-mfpu=fpv4-sp-d16", "-mfpu=fpv5-d16",
+     r"cflags say -mfpu=fpv5-d16, but \[cpu\] fpu is 'fpv4-sp-d16'"),
+    ("mps2-an386", "-mfloat-abi=hard", "-mfloat-abi=softfp", r"cflags say -mfloat-abi=softfp, but \[cpu\] float_abi"),
+    ("mps2-an386", "-mfloat-abi=hard", "",
+     r"\[cpu\] float_abi is 'hard' but \[toolchain\] cflags lack -mfloat-abi=hard"),
+    ("mps2-an386", "-O3 -fno", r'-DX=\"unclosed -fno', r"\[toolchain\] cflags cannot be split into words "
+                                                    r"\(No closing quotation"),
+    ("mps2-an386", "-O3 -fno", "-DA=1;-DB=2 -fno", r"\[toolchain\] cflags flag '-DA=1;-DB=2' contains ';'"),
+    ("mps2-an386", "-O3 -fno", "-DA=$<CONFIG> -fno", r"contains '\$<' \(a CMake generator expression\)"),
+    ("mps2-an386", 'prefix = "arm-none-eabi-"', 'prefix = "my gcc/arm-none-eabi-"', r"\[toolchain\] prefix 'my gcc/"),
+    # the memory map
+    ("mps2-an386", "ram_origin = 0x20000000", "ram_origin = 0x00100000",
+     r"\[memory\] flash 0x00000000\.\.0x003fffff and RAM 0x00100000\.\.0x004fffff overlap "
+     r"\(0x00100000\.\.0x003fffff\)"),
+    ("mps2-an386", "ram_size = 0x400000", "ram_size = 0x10000000000", r"\[memory\] ram_origin 0x20000000 \+ ram_size "
+                                                                    r"0x10000000000 ends at 0x10020000000, beyond"),
+    ("mps2-an386", "flash_origin = 0x00000000", "flash_origin = 0x100000000", r"\[memory\] flash_origin 0x100000000 "
+                                                                            r"is outside the 32-bit address space"),
+    ("mps2-an386", "flash_size = 0x400000", "flash_size = 0", r"\[memory\] flash_size must be positive, got 0"),
+    ("mps2-an386", "ram_size = 0x400000", "ram_size = -16", r"\[memory\] ram_size must be positive, got -16"),
+    ("mps2-an386", "ram_size = 0x400000", "ram_size = 4.5e6",
+     r"\[memory\] ram_size must be an integer, got 4500000\.0"),
+    ("mps2-an386", "ram_origin = 0x20000000", "ram_origin = 0x20000004", r"\[memory\] ram_origin must be a multiple "
+                                                                        r"of 16"),
+    ("nucleo-f746zg", "flash_origin = 0x08000000", "flash_origin = 0x08000004",
+     r"\[memory\] flash_origin must be a multiple of 128"),
+    ("mps2-an386", 'machine = "mps2-an386"', 'machine = "a b"', r"\[emulator\] machine 'a b' is not a QEMU machine"),
+    ("mps2-an386", "base = 0x40004000", "base = 0x40004002", r"\[uart\] base must be a word-aligned 32-bit address"),
+    ("mps2-an386", "baud = 115200", "baud = 115200000", r"\[uart\] baud 115200000 is too fast for the CMSDK UART"),
+    # types and typos
+    ("mps2-an386", "args = []", "args = [1]", r"\[flasher\] args must be a list of strings$"),
+    ("mps2-an386", "icount_shift = 7", 'icount_shift = "7"', r"\[emulator\] icount_shift must be an integer, got '7'"),
+    ("mps2-an386", "stack_size = 0x4000", "stack_size = 0x4000\nstack_sise = 0x4000",
+     r"unknown key \[memory\] stack_sise \(known in \[memory\]: flash_origin, "),
+    ("mps2-an386", 'kind = "mcu"', 'kind = "mcu"\ncolour = "red"', r"unknown key colour \(known: "),
+    ("nrf52840dk", 'target = "nrf52840"', "target = 52840", r"\[flasher\] target must be a string, got 52840"),
+])
+def test_board_schema_defects_are_one_line_naming_file_and_key(tmp_path, name, old, new, message):
+    _board_file(tmp_path, name, lambda t: t.replace(old, new, 1) if old in t else pytest.fail(f"{old!r} not in {name}"))
+    with pytest.raises(UsageError) as err:
+        boards.load_board("x", tmp_path)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"board file {tmp_path / 'x.toml'}: "), msg
+    assert re.search(message, msg), msg
+
+
+def test_board_file_that_is_not_utf8_or_has_a_bom(tmp_path):
+    text = (REPO / "boards" / "mps2-an386.toml").read_bytes()
+    (tmp_path / "x.toml").write_bytes(text.replace(b"Cortex-M4F", b"Cortex-M4\xff", 1))
+    with pytest.raises(UsageError, match=r"board file .*x\.toml is not UTF-8 text: byte 0xff on line 3 "
+                                         r"\(TOML files must be UTF-8\)$"):
+        boards.load_board("x", tmp_path)
+    (tmp_path / "x.toml").write_bytes(b"\xef\xbb\xbf" + text.replace(b'name = "mps2-an386"', b'name = "x"'))
+    assert boards.load_board("x", tmp_path)["cpu"]["core"] == "cortex-m4"
+
+
+def test_every_bundled_core_fpu_and_flag_agree():
+    for name in boards.board_names():
+        b = boards.load_board(name)
+        if b["kind"] == "host":
+            continue
+        core = boards.CORES[b["cpu"]["core"]]
+        assert b["cpu"]["fpu"] in core.fpus and (core.dsp or not b["cpu"]["dsp"]) and (core.mve or not b["cpu"]["mve"])
+    assert boards.split_flags(r"""-DA=\"x\" '-DB="y z"' -O2""") == ['-DA="x"', '-DB="y z"', "-O2"]
+    assert boards.cmake_quote('-DA="x\\y$z"') == r'"-DA=\"x\\y\$z\""'
+
+
+@pytest.mark.slow
+@needs_arm
+def test_quoted_cflags_build_through_cmake_and_a_too_small_stack_is_an_error(tmp_path, gen):
+    """Flags with quotes, spaces, '#' and '$' reach the compiler as written (the shell's word rules), and a
+    stack below the measured worst case is refused with both numbers and what to change."""
+    flags = (r"""-mcpu=cortex-m4 -mthumb -mfpu=fpv4-sp-d16 -mfloat-abi=hard -O3 """
+             r"""-DGREETING=\"hi\" '-DPHRASE="a b#c$d"' -g0""")
+    old = 'cflags = "-mcpu=cortex-m4 -mthumb -mfpu=fpv4-sp-d16 -mfloat-abi=hard -O3 -fno-math-errno"'
+    path = _board_file(tmp_path, "mps2-an386", lambda t: t.replace(old, f"cflags = '''{flags}'''")
+                       .replace("stack_size = 0x4000", "stack_size = 0x40")
+                       .replace('name = "mps2-an386"', 'name = "x"'))
+    assert "PHRASE" in path.read_text()
+    board = boards.load_board_file(path)
+    main = r"""
+#include "tiny.h"
+typedef char greeting_is_a_string[(sizeof(GREETING) == 3 && sizeof(PHRASE) == 8) ? 1 : -1];
+static const char phrase[] = PHRASE;
+int main(void) { return (int)phrase[3] + (int)sizeof(greeting_is_a_string); }
+"""
+    out = _project(tmp_path, gen, board, main)
+    with pytest.raises(BuildError) as err:
+        build_board_project(out)
+    msg = str(err.value)
+    m = re.search(r"model 'tiny' needs an estimated (\d+) bytes of stack on board 'x' \(the deepest call chain plus an "
+                  r"exception frame\), but \[memory\] stack_size reserves 64 \((\d+) short\): raise \[memory\] "
+                  r"stack_size to at least (\d+) \(0x[0-9a-f]+\) in the board file \(\d+ bytes of RAM are still free\)",
+                  msg)
+    assert m, msg
+    need, short, fix = map(int, m.groups())
+    assert need - 64 == short and fix >= need and fix % 16 == 0
+    flags = (out / "build" / "CMakeFiles" / "tiny.dir" / "flags.make").read_text()
+    assert "GREETING" in flags and "PHRASE" in flags
+
+
 # --- fit checks, stack analysis -----------------------------------------------------------------
 
 def test_fit_check_names_needed_and_available(gen):

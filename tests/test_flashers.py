@@ -456,3 +456,48 @@ def test_flashed_board_whose_port_never_appears(fake_tools, fake_elf, tmp_path):
     assert len(fake_tools()) == 1  # it did flash
     # URLs and Windows names are the transport's business
     assert start(real_board("openocd"), fake_elf, port="rfc2217://lab-pi:4000").url == "rfc2217://lab-pi:4000"
+
+
+def _gone_or_zombie(pid: int) -> bool:
+    """`pid` has exited (reaped, or a zombie waiting for a reaper that is not us)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+_STARTS_QEMU_AND_SLEEPS = """
+import json, sys, time
+from tinyc.device.flashers import start
+session = start(json.loads(sys.argv[1]), sys.argv[2])
+print(session.pid, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
+@needs_qemu
+def test_qemu_dies_with_a_sigkilled_parent(firmware):
+    """SIGKILL leaves the parent no chance to clean up; QEMU (in its own session, so no terminal or
+    process-group signal reaches it) must still go, through PR_SET_PDEATHSIG."""
+    import signal
+    child = subprocess.Popen([sys.executable, "-c", _STARTS_QEMU_AND_SLEEPS, json.dumps(AN386), str(firmware["never"])],
+                             stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+    qemu = None
+    try:
+        qemu = int(child.stdout.readline())
+        assert not _gone_or_zombie(qemu), "QEMU is not running"
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=10)
+        deadline = time.monotonic() + 5.0
+        while not _gone_or_zombie(qemu) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _gone_or_zombie(qemu), "QEMU outlived its SIGKILLed parent"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if qemu is not None and not _gone_or_zombie(qemu):
+            os.kill(qemu, signal.SIGKILL)
+        child.stdout.close()

@@ -451,3 +451,144 @@ def test_next_task_round_robin():
     assert order[0] == "a"  # the heaviest first on ties
     assert next_task(weights, {}, {"a": 0}) is None
     assert next_task(weights, {"a": 3, "b": 0}, {"a": 4, "b": 4}) == "b"
+
+
+# ---------------------------------------------------------------- the log is outside input
+
+
+def _warned(caught) -> list[str]:
+    return [str(w.message) for w in caught]
+
+
+def test_log_lines_that_would_crash_a_parser_are_skipped_with_their_line(tmp_path):
+    """Each of these lines raised out of json.loads or out of the code reading the record (an
+    OverflowError in isfinite, a RecursionError, ValueError past 4300 digits, TypeError on a list
+    used as a dict key); now each is one warning naming its line, and its neighbours are kept."""
+    path = tmp_path / "t.jsonl"
+    good = json.dumps(record(cycles=5)).encode()
+    bad = [
+        json.dumps(record(cycles=1)).replace('"cycles": 1', '"cycles": ' + "9" * 401).encode(),   # 401 digits
+        json.dumps(record(cycles=1)).replace('"cycles": 1', '"cycles": ' + "9" * 5000).encode(),  # past int()'s limit
+        b"[" * 100_000 + b"]" * 100_000,                                                       # 100k deep
+        b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        json.dumps(record(board=["m4"])).encode(),                                              # list for a string
+        json.dumps(record(key={"k": 1})).encode(),
+        json.dumps(record(knobs={"oc_tile": [4]})).encode(),
+        json.dumps(record(cycles=1)).encode()[:-1] + b', "model": "\xff\xfe"}',                 # invalid UTF-8
+        json.dumps(record(cycles=1)).replace('"cycles": 1', '"cycles": 1e400').encode(),        # inf
+        json.dumps(record(time="now")).encode(),
+        json.dumps(record(repeats=["a"])).encode(),
+    ]
+    path.write_bytes(b"\n".join([good] + bad + [good]) + b"\n")
+    with pytest.warns(UserWarning) as caught:
+        log = TuningLog(path)
+    assert [r["cycles"] for r in log.records()] == [5, 5]
+    messages = _warned(caught)
+    assert len(messages) == len(bad)
+    for number, m in enumerate(messages, start=2):
+        assert f"line {number} " in m and str(path) in m and "\n" not in m, m
+    assert "integer of 401 digits" in messages[0] and "nested too deeply" in messages[2]
+    assert "board ['m4'] is not a string" in messages[4] and "not UTF-8: byte 0xff" in messages[7]
+    log.append(record(cycles=7))   # and the log stays usable
+    with pytest.warns(UserWarning):
+        assert [r["cycles"] for r in TuningLog(path).records()] == [5, 5, 7]
+
+
+def test_log_with_a_utf8_bom_keeps_its_first_record(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(record(cycles=3)).encode() + b"\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        log = TuningLog(path)
+        assert [r["cycles"] for r in log.records()] == [3]
+        assert log.measured("m4", "conv-a") == {knobs_id({"oc_tile": 4, "px_tile": 2})}
+        log.append(record(cycles=4, knobs={"oc_tile": 8}))
+        assert [r["cycles"] for r in TuningLog(path).records()] == [3, 4]
+    assert path.read_bytes().startswith(b"\xef\xbb\xbf{")   # appended to, never rewritten
+
+
+def test_log_path_that_is_a_directory(tmp_path):
+    from tinyc.errors import UsageError
+    with pytest.raises(UsageError, match=rf"tuning log {tmp_path} is a directory; give the path of a file"):
+        TuningLog(tmp_path)
+    with pytest.raises(UsageError, match="is a directory"):
+        load_records(tmp_path)
+
+
+def test_cli_tune_with_a_directory_as_log_is_one_error(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tinyc", "tune", str(ROOT / "examples" / "digits" / "digits_cnn.onnx"),
+                           "--trials", "1", "--log", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (f"tinyc: error: tuning log {tmp_path} is a directory; give the path of a file "
+                                   f"(e.g. {tmp_path / 'tune.jsonl'})"), proc.stderr
+    assert "Traceback" not in proc.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_knobs_are_checked_against_the_space_with_types():
+    from tinyc.tune.tasks import knobs_problem
+    legal = {"oc_tile": [1, 2, 4, 8], "wide_weights": [False, True], "mac": ["int32", "dsp"]}
+    assert knobs_problem({"oc_tile": 8, "wide_weights": True, "mac": "dsp"}, legal) is None
+    assert knobs_problem({"oc_tile": np.int64(4), "_scratch_bytes": 12}, legal) is None   # derived keys ignored
+    assert "oc_tile = 8.0 is not one of the values offered (1, 2, 4, 8)" in knobs_problem({"oc_tile": 8.0}, legal)
+    assert "oc_tile = true is not one of" in knobs_problem({"oc_tile": True}, legal)          # True is not 1
+    assert "wide_weights = 1 is not one of the values offered (false, true)" in knobs_problem({"wide_weights": 1},
+                                                                                           legal)
+    assert "mac = \"simd\"" in knobs_problem({"mac": "simd"}, legal)
+    assert "unknown knob 'n_tile'" in knobs_problem({"n_tile": 2}, legal)
+
+
+def _gemm_graph():
+    from onnx import helper
+
+    from tinyc.api import prepare
+    from util import make_model
+    w = np.linspace(-1, 1, 64 * 32).reshape(64, 32).astype(np.float32)
+    model = make_model([helper.make_node("Gemm", ["x", "w"], ["y"])], [("x", [4, 64])], [("y", [4, 32])], {"w": w},
+                       name="g")
+    graph, _ = prepare(model)
+    return graph
+
+
+def test_compile_skips_log_records_whose_knobs_the_op_does_not_offer(tmp_path):
+    """`8.0` for 8 and `true` for 1 used to reach the generated C; now the record is skipped with a
+    warning naming its line, and the fastest valid record is used."""
+    from tinyc.ops import get_op
+    from tinyc.tune.apply import schedules_from_log
+    from tinyc.tune.tasks import schedule_space, task_key
+    graph = _gemm_graph()
+    node = next(n for n in graph.nodes if get_op(n.op).knobs(n, graph))
+    key = task_key(node, graph)
+    space = schedule_space(node, graph, "host")
+    knob, value = next((k, v) for c in space for k, v in c.items() if isinstance(v, int) and not isinstance(v, bool))
+    valid = next(c for c in space if c[knob] == value)
+    as_float = dict(valid, **{knob: float(value)})
+    as_bool = dict(valid, **{knob: True})
+    path = tmp_path / "t.jsonl"
+    log = TuningLog(path)
+    for knobs, cycles in ((valid, 100), (as_float, 10), (as_bool, 20)):
+        log.append(record(board="host", target="host", key=key, op=node.op, knobs=knobs, cycles=cycles))
+    with pytest.warns(UserWarning) as caught:
+        chosen = schedules_from_log(graph, path, "host", "host")
+    assert chosen == {node.name: valid}
+    messages = _warned(caught)
+    assert any(f"line 2 for {key}" in m and f"{knob} = {float(value)}" in m for m in messages), messages
+    assert any("line 3" in m and f"{knob} = true" in m for m in messages), messages
+    with pytest.raises(Exception, match="is a directory"):
+        schedules_from_log(graph, tmp_path, "host", "host")
+
+
+def test_lost_batches_are_not_measured_but_crashes_are():
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        log = TuningLog(Path(d) / "t.jsonl")
+        log.append(record(knobs={"oc_tile": 1}, status="lost", cycles=None,
+                          detail="the batch lost its board or worker 3 times (KilledWorker: ...)"))
+        log.append(record(knobs={"oc_tile": 2}, status="crash", cycles=None,           # a log from before "lost"
+                          detail="the batch lost its board or worker 3 times (KilledWorker: ...)"))
+        log.append(record(knobs={"oc_tile": 4}, status="crash", cycles=None, detail="HardFault"))
+        log.append(record(knobs={"oc_tile": 8}, status="lost", cycles=None))
+        log.append(record(knobs={"oc_tile": 8}, cycles=50))                             # lost, then measured
+        assert log.measured("m4", "conv-a") == {knobs_id({"oc_tile": 4}), knobs_id({"oc_tile": 8})}
+        assert log.lost("m4", "conv-a") == [{"oc_tile": 1}, {"oc_tile": 2}]
+        assert "lost" in STATUSES and log.best("m4", "conv-a")["cycles"] == 50

@@ -7,15 +7,20 @@ reached on the serial port the user names. Either way the caller gets a `DeviceS
 
 POSIX only (process groups): QEMU runs in its own session so that `close()` can signal everything
 it started and a Ctrl-C in the terminal reaches tinyc, which then cleans up, rather than QEMU.
+On Linux QEMU also gets SIGKILL the moment the tinyc thread that started it dies (prctl
+PR_SET_PDEATHSIG), so a tinyc killed with SIGKILL, which cannot clean up, leaves no emulator behind.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import weakref
@@ -193,6 +198,44 @@ def qemu_command(board: dict[str, Any], image: Path, tcp_port: int) -> list[str]
             "-serial", f"tcp:127.0.0.1:{tcp_port},server=on,wait=on,nodelay=on", "-kernel", str(image)]
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl() -> Any:
+    """libc's prctl, bound once here in the parent (a preexec_fn must not load libraries or take
+    locks: it runs between fork and exec); None off Linux or without it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+_PRCTL = _load_prctl()
+
+
+def _die_with_parent_hook() -> Any:
+    """A preexec_fn that makes the child get SIGKILL when the thread that started it dies (Linux:
+    PR_SET_PDEATHSIG; the kernel sends it when the creating *thread* exits, so sessions must be
+    closed by the thread that started them, as every caller in tinyc does), or None where that
+    does not exist. If the parent died between fork and prctl, the child exits at once."""
+    if _PRCTL is None:
+        return None
+    prctl, parent, sigkill = _PRCTL, os.getpid(), int(signal.SIGKILL)
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, sigkill, 0, 0, 0)   # a failure only loses the safety net
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return hook
+
+
 def _start_qemu(board: dict[str, Any], image: Path, timeout: float) -> QemuSession:
     name = str(board.get("name", "?"))
     qemu = str((board.get("emulator") or {}).get("qemu", "qemu-system-arm"))
@@ -204,7 +247,7 @@ def _start_qemu(board: dict[str, Any], image: Path, timeout: float) -> QemuSessi
         cmd = qemu_command(board, image, tcp_port)
         logfile = tempfile.TemporaryFile(prefix="tinyc-qemu-")
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logfile, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_die_with_parent_hook())
         session = QemuSession(name, f"socket://127.0.0.1:{tcp_port}", cmd, proc, logfile)
         try:
             if _wait_listening(session, tcp_port, timeout):

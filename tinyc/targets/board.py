@@ -96,9 +96,20 @@ def _header_number(files: Mapping[str, str], prefix: str, macro: str) -> int:
 
 
 def _jinja_env() -> Any:
-    import jinja2
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), trim_blocks=True,
-                              lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    from tinyc.codegen.emitter import template_env
+    from tinyc.targets.boards import cmake_quote
+    env = template_env()
+    env.filters["cmake_quote"] = cmake_quote  # a pure function: adding it to the shared environment is harmless
+    return env
+
+
+def _board_flags(board: Mapping[str, Any], key: str) -> list[str]:
+    """`[toolchain] key` as its words (see tinyc.targets.boards.split_flags)."""
+    from tinyc.targets.boards import split_flags
+    try:
+        return split_flags(board["toolchain"][key])
+    except ValueError as exc:
+        raise UsageError(f"board '{board.get('name')}': [toolchain] {key} {exc}") from None
 
 
 def write_board_project(out_dir: Path, files: Mapping[str, str], manifest: dict[str, Any], board: dict[str, Any],
@@ -139,6 +150,7 @@ def write_board_project(out_dir: Path, files: Mapping[str, str], manifest: dict[
     tool = board["toolchain"]["prefix"]
     ctx = dict(render, board=board, memory=board["memory"], prefix_tool=tool,
                cflags=board["toolchain"]["cflags"], ldflags=board["toolchain"]["ldflags"],
+               cflags_list=_board_flags(board, "cflags"), ldflags_list=_board_flags(board, "ldflags"),
                model_sources=sorted(n for n in files if n.endswith(".c")),
                runtime_sources=[f"runtime/src/{f.name}" for f in sorted((runtime_dir() / "src").glob("*.c"))],
                port_sources=[f"runtime/port/{n}" for n in ports], defines=board_defines(board))
@@ -360,6 +372,21 @@ def _largest_frame(build_dir: Path) -> tuple[int, list[str]]:
                      "a lower bound"]
 
 
+def _stack_message(what: str, board: Mapping[str, Any], stack: int, sizes: Mapping[str, int]) -> str:
+    """The build's refusal of a firmware whose deepest call chain needs more stack than reserved."""
+    mem = board["memory"]
+    need = -(-stack // 16) * 16
+    # RAM holds .data + .bss (which include the reserved stack) and what is left over
+    free = mem["ram_size"] - (sizes["data"] + sizes["bss"])
+    remedy = (f"raise [memory] stack_size to at least {need} (0x{need:x}) in the board file"
+              + (f" ({free} bytes of RAM are still free)" if free >= need - mem["stack_size"] else
+                 f", though only {max(free, 0)} bytes of RAM are free: the model's arena and buffers must "
+                 "shrink too (int8 quantization, or a board with more RAM)"))
+    return (f"{what} needs an estimated {stack} bytes of stack on board '{board['name']}' (the deepest call "
+            f"chain plus an exception frame), but [memory] stack_size reserves {mem['stack_size']} "
+            f"({stack - mem['stack_size']} short): {remedy}")
+
+
 def build_board_project(out_dir: str | os.PathLike, force: bool = False, progress: bool | None = None) -> dict[str, Any]:
     """Configure and build the firmware with CMake and the board's cross compiler (skipped when
     the sources are unchanged since the last build), then measure it.
@@ -410,8 +437,7 @@ def build_board_project(out_dir: str | os.PathLike, force: bool = False, progres
               "stack_size": board["memory"]["stack_size"], "elf": str(elf), **sizes,
               "stack_notes": notes, "warnings": warnings}
     if stack > board["memory"]["stack_size"]:
-        result["warnings"].append(f"estimated worst-case stack {stack} bytes exceeds the reserved "
-                                  f"{board['memory']['stack_size']} ([memory] stack_size)")
+        raise BuildError(_stack_message(what, board, stack, sizes))
     report.update({k: result[k] for k in ("board", "flash_bytes", "ram_bytes", "stack_bytes")})
     report["firmware"] = {k: v for k, v in result.items() if k not in ("board", "flash_bytes", "ram_bytes",
                                                                        "stack_bytes")}

@@ -15,11 +15,14 @@ def schedules_from_log(graph: Graph, log_path: str | os.PathLike, board: str, ta
     Records whose knobs this tinyc cannot apply (an older log, another ISA) are ignored."""
     from tinyc.errors import UsageError
     from tinyc.tune.log import TuningLog
-    from tinyc.tune.tasks import task_key
+    from tinyc.tune.tasks import knobs_problem, task_key
+    if os.path.isdir(log_path):
+        raise UsageError(f"tuning log {log_path} is a directory; give the path of a file")
     if not os.path.isfile(log_path):
         raise UsageError(f"tuning log {log_path} does not exist")
     log = TuningLog(log_path)
     chosen: dict[str, dict[str, Any]] = {}
+    checked: set[str] = set()
     for node in graph.nodes:
         opdef = get_op(node.op)
         if opdef.alias:
@@ -27,11 +30,15 @@ def schedules_from_log(graph: Graph, log_path: str | os.PathLike, board: str, ta
         legal = opdef.knobs(node, graph)
         if not legal:
             continue
-        best = log.best(board, task_key(node, graph))
+        key = task_key(node, graph)
+        if key not in checked:   # records whose knobs this op does not offer are skipped, with a warning
+            checked.add(key)
+            log.drop_invalid_knobs(board, key, lambda k: knobs_problem(k, legal, opdef, target))
+        best = log.best(board, key)
         if best is None:
             continue
         knobs = {k: v for k, v in best["knobs"].items() if not k.startswith("_")}
-        if all(k in legal and v in legal[k] and knob_allowed(opdef, k, v, target) for k, v in knobs.items()):
+        if all(knob_allowed(opdef, k, v, target) for k, v in knobs.items()):
             chosen[node.name] = knobs
     return chosen
 

@@ -99,6 +99,32 @@ def task_info(node: Node, graph: Graph) -> dict[str, Any]:
             "weight_bytes": int(sum(t.nbytes for t in consts))}
 
 
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal and of the same kind: in a schedule `True` is not 1 and 8.0 is not 8 (each renders
+    as other C, or as C that does not compile)."""
+    a, b = _jsonable(a), _jsonable(b)
+    return type(a) is type(b) and a == b
+
+
+def knobs_problem(knobs: Mapping[str, Any], legal: Mapping[str, list[Any]], opdef: Any = None,
+                  target: str | None = None) -> str | None:
+    """Why `knobs` (from a tuning log: outside input) is not a schedule the op offers, or None.
+    `legal` is ``OpDef.knobs(node, graph)``; with `opdef` and `target`, a value the target's ISA
+    cannot run (``knob_allowed``) is refused too. Keys starting with "_" are derived numbers, not
+    knobs, and are ignored; a knob left out keeps its default."""
+    for name, value in knobs.items():
+        if str(name).startswith("_"):
+            continue
+        if name not in legal:
+            return f"unknown knob {name!r} (this op has {', '.join(sorted(legal)) or 'none'})"
+        if not any(_same_value(value, v) for v in legal[name]):
+            shown = ", ".join(json.dumps(_jsonable(v)) for v in legal[name])
+            return f"knob {name} = {json.dumps(_jsonable(value))} is not one of the values offered ({shown})"
+        if opdef is not None and target is not None and not knob_allowed(opdef, name, value, target):
+            return f"knob {name} = {json.dumps(_jsonable(value))} needs an ISA extension target {target} lacks"
+    return None
+
+
 def schedule_space(node: Node, graph: Graph, target: str) -> list[dict[str, Any]]:
     """Every distinct legal knob combination the target can run, canonical, in a stable order."""
     opdef = get_op(node.op)

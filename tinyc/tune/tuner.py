@@ -144,7 +144,9 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
     board on `port`, the host and an OpenCL device measure one batch at a time: their timings need
     a quiet machine). `cluster`: the address of a Dask scheduler whose workers hold the board
     (see tinyc/tune/farm.py); a batch whose worker is lost is tried `retries` more times, then its
-    candidates are logged as crashes."""
+    candidates are logged as "lost" (not measured: the next run over the same log measures them).
+    `log` is outside input too: a record whose knobs the op does not offer is skipped, with a
+    warning naming its line."""
     import sys
 
     from tqdm import tqdm
@@ -155,8 +157,10 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
     from tinyc.schedule import board_target, default_schedules
     from tinyc.targets.boards import load_board
     from tinyc.tune.cost_model import CostModel
-    from tinyc.tune.log import TuningLog, knobs_id
+    from tinyc.ops import get_op
+    from tinyc.tune.log import TuningLog, check_log_path, knobs_id
     from tinyc.tune.measure import make_measurer
+    from tinyc.tune.tasks import knobs_problem
     from tinyc.tune.task_scheduler import allocate, next_task
 
     if search not in SEARCHES:
@@ -180,6 +184,7 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
     if cluster is not None and port:
         raise UsageError("--port is for a board on this machine; farm workers own their ports "
                          "(tinyc worker --board NAME=PORT)")
+    check_log_path(log)   # before the model is prepared: a directory is one clear error, at once
     t_start = time.perf_counter()
     board_def = load_board(board, board_dir) if board else None
     if board_def is not None and board_def.get("kind") == "host":
@@ -208,6 +213,12 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
     if target == "opencl":   # the log keys OpenCL records by device: "opencl:<device name>"
         board_name = measurer.board["name"]
     bfeat = board_features(board_def, target, board_name)
+    nodes = {n.name: n for n in graph.nodes}
+    for t in tasks:   # a log is outside input: records whose knobs the op does not offer are skipped
+        node = nodes[t.nodes[0]]
+        opdef = get_op(node.op)
+        legal = opdef.knobs(node, graph)
+        tlog.drop_invalid_knobs(board_name, t.key, lambda k: knobs_problem(k, legal, opdef, target))
     rng = np.random.default_rng(seed)
     model_ = CostModel(seed=seed)
     by_key = {t.key: t for t in tasks}
@@ -217,6 +228,7 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
     show = sys.stderr.isatty() if progress is None else progress
     bar = tqdm(total=trials, desc=f"tuning on {board_name}", unit="cand", disable=not show, leave=True)
     in_flight: dict[str, set[str]] = {}   # task key -> knobs ids of candidates submitted, not yet recorded
+    lost_now: dict[str, set[str]] = {}    # task key -> knobs ids lost (after their retries) in this run
     pending_trials = 0                    # counted candidates in flight
     n_jobs = 0
 
@@ -279,7 +291,7 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
         """Record what the executor finished: one measurement as soon as it exists (this machine's
         executor streams them), or a whole batch — its measurements not yet recorded; or, when it
         did not build, its halves are submitted (until the failing candidate is alone); or, when
-        its worker was lost too often, every candidate as a crash."""
+        its worker was lost too often, every candidate as "lost" (measured again by a later run)."""
         job = out.job
         if out.kind == "partial":
             ident = (out.measurement.candidate.task_key, knobs_id(out.measurement.candidate.knobs))
@@ -301,9 +313,10 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
             submit([Candidate(c.task_key, c.node, c.knobs) for c in left[:half]], job.counted)
             submit([Candidate(c.task_key, c.node, c.knobs) for c in left[half:]], job.counted)
             return
-        if out.kind == "lost":
+        if out.kind == "lost":   # not the candidates' fault: "lost", measured again by a later run
             for c in left:
-                record(_failed(c, "crash", out.message))
+                record(_failed(c, "lost", out.message))
+                lost_now.setdefault(c.task_key, set()).add(knobs_id(c.knobs))
                 release(job, c)
                 _tick(job.counted)
             return
@@ -338,9 +351,19 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
         return Measurement(c, status, detail=detail)
 
     try:
-        # round 0: the defaults (the baseline; not counted against --trials)
-        first = [Candidate(t.key, t.nodes[0], dict(t.default)) for t in tasks
-                 if knobs_id(t.default) not in tlog.measured(board_name, t.key)]
+        # round 0: the defaults (the baseline; not counted against --trials), and the candidates an
+        # earlier run lost with their batch (its board or farm worker gone): what it still owes
+        first: list[Candidate] = []
+        for t in tasks:
+            done_ids = tlog.measured(board_name, t.key)
+            in_space = {knobs_id(c) for c in t.space}
+            owed = [dict(t.default)] + [k for k in tlog.lost(board_name, t.key) if knobs_id(k) in in_space]
+            seen: set[str] = set()
+            for knobs in owed:
+                ident = knobs_id(knobs)
+                if ident not in done_ids and ident not in seen:
+                    seen.add(ident)
+                    first.append(Candidate(t.key, t.nodes[0], knobs))
         for i in range(0, len(first), batch_size):
             submit(first[i:i + batch_size], counted=False)
         while executor.in_flight:
@@ -368,7 +391,8 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
                 if key is None:
                     break
                 task = by_key[key]
-                exclude = tlog.measured(board_name, key) | in_flight.get(key, set()) | taken.setdefault(key, set())
+                exclude = (tlog.measured(board_name, key) | in_flight.get(key, set()) | lost_now.get(key, set())
+                           | taken.setdefault(key, set()))
                 # several per task and call, so the epsilon-greedy share is at least one candidate
                 want = min(budget[key] - done[key], batch_size - len(batch), max(4, batch_size // 2))
                 space = spaces.setdefault(key, [{**c, "_scratch_bytes": task.scratch.get(knobs_id(c), 0)}
@@ -435,8 +459,20 @@ def _make_executor(measurer: Any, board_def: Mapping[str, Any] | None, target: s
 def _refit(model: Any, tlog: Any) -> None:
     """Fit the cost model on every ok record of the log (all models, all boards: transfer)."""
     from tinyc.tune.cost_model import records_to_samples
+    from tinyc.tune.features import candidate_features
+
+    def usable(r: Mapping[str, Any]) -> bool:
+        """The record's stored task and board features make features (a log is outside input:
+        one malformed `task` must not stop the fit, nor stand in for its task's good records)."""
+        try:
+            candidate_features(r["task"], r["knobs"], r["board_info"])
+            return True
+        except (TypeError, ValueError, AttributeError, KeyError, OverflowError):
+            return False
+
     recs = [dict(r, knobs={**r["knobs"], "_scratch_bytes": r.get("scratch_bytes", 0)})
             for r in tlog.records() if r.get("status") == "ok" and "task" in r and "board_info" in r]
+    recs = [r for r in recs if usable(r)]
     tasks = {r["key"]: r["task"] for r in recs}
     boards = {r["board"]: r["board_info"] for r in recs}
     samples = records_to_samples(recs, tasks, boards)
