@@ -376,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except TinycError as exc:
-        print(f"tinyc: error: {exc}", file=sys.stderr)
+        print(f"tinyc: error: {exc.printable()}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("tinyc: interrupted", file=sys.stderr)

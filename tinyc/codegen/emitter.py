@@ -136,10 +136,14 @@ def c_comment(text: Any, limit: int = COMMENT_LIMIT) -> str:
     return s
 
 
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def c_string_literal(text: str, limit: int = STRING_LIMIT) -> str:
     """Escape `text` (UTF-8) for a C string literal (the content between the quotes): printable ASCII
-    but `"`, `\\` and `?` (trigraphs) as itself, every other byte as a 3-digit octal escape. Text of
-    more than `limit` bytes is cut at a character boundary and ends in "..."."""
+    as itself except `"`, `\\` and `?` (trigraphs), which get a backslash; newline, CR and tab as
+    `\\n`, `\\r`, `\\t`; every other byte as a 3-digit octal escape. Text of more than `limit` bytes
+    is cut at a character boundary and ends in "..."."""
     raw = str(text).encode("utf-8", "replace")
     if len(raw) > limit:
         raw = raw[:max(0, limit - 3)].decode("utf-8", "ignore").encode("utf-8") + b"..."
@@ -148,6 +152,8 @@ def c_string_literal(text: str, limit: int = STRING_LIMIT) -> str:
         ch = chr(b)
         if ch in '"\\?':
             out.append("\\" + ch)
+        elif ch in _NAMED_ESCAPES:
+            out.append(_NAMED_ESCAPES[ch])
         elif 32 <= b < 127:
             out.append(ch)
         else:
@@ -271,6 +277,12 @@ def _env() -> jinja2.Environment:
     env.filters["ctype"] = ctype
     env.globals["np"] = np
     return register_filters(env)
+
+
+def template_env() -> jinja2.Environment:
+    """The one Jinja environment for every tinyc template (kernels and project files alike), with
+    the escaping filters: a project file that prints a model-given name needs them too."""
+    return _env()
 
 
 def activation_expr(node: Node) -> Callable[[str], str]:

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tinyc.codegen.dialect import C99, OPENCL
-from tinyc.codegen.emitter import c_comment, c_prefix, c_string_literal, generate_c
+from tinyc.codegen.emitter import c_prefix, generate_c
 from tinyc.ir import Graph
 from tinyc.memory import MemoryLayout, check_plan, plan_graph_memory
 from tinyc.ops import get_op
@@ -60,11 +60,7 @@ def _io_spec(graph: Graph, public: str, internal: str) -> dict[str, Any]:
 
 def _render_context(graph: Graph, gen: Any, prefix: str) -> dict[str, Any]:
     keep = ("ident", "ctype", "count")
-    # the model's name also pre-escaped, for project templates rendered outside tinyc.codegen's
-    # Jinja environment (host main.c, the firmware harness): model_comment for a C/CMake comment,
-    # model_cstr for the inside of a C string literal
-    return {"prefix": prefix, "model": graph.name, "model_comment": c_comment(graph.name),
-            "model_cstr": c_string_literal(graph.name),
+    return {"prefix": prefix, "model": graph.name,
             "inputs": [{k: v[k] for k in keep} for v in gen.inputs],
             "outputs": [{k: v[k] for k in keep} for v in gen.outputs]}
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from tinyc import __version__
 from tinyc.errors import BuildError, DeviceError, RunError
-from tinyc.resources import runtime_dir, templates_dir
+from tinyc.resources import runtime_dir
 
 HOST_CFLAGS = "-std=c99 -O2 -Wall -Wextra -Werror -pedantic"
 BUILD_DIR = "build-harness-host"
@@ -94,9 +94,8 @@ def harness_context(project_dir: str | os.PathLike, counter_kind: str = "ns",
 
 def render_harness_main(context: Mapping[str, Any]) -> str:
     """templates/project/harness_main.c.j2 rendered the way tinyc renders project files."""
-    import jinja2
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), trim_blocks=True,
-                             lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    from tinyc.codegen.emitter import template_env
+    env = template_env()
     return env.get_template("project/harness_main.c.j2").render(**context)
 
 

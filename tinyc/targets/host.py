@@ -20,7 +20,7 @@ from tinyc import __version__
 from tinyc.errors import BuildError, RunError
 from tinyc.quantize.feeds import (batch_size, prepare_feeds, resolve_input_names, sample,  # noqa: F401
                                   stack_outputs, to_model_input)  # (re-exported: their home is feeds)
-from tinyc.resources import runtime_dir, templates_dir
+from tinyc.resources import runtime_dir
 
 
 
@@ -47,10 +47,9 @@ def write_sources(out_dir: Path, files: Mapping[str, str]) -> Path:
 
 
 def write_project(out_dir: Path, files: Mapping[str, str], manifest: dict[str, Any], cflags: str) -> None:
-    import jinja2
+    from tinyc.codegen.emitter import template_env
     write_sources(out_dir, files)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), trim_blocks=True,
-                             lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    env = template_env()
     ctx = dict(manifest["render"], version=__version__, cflags=cflags)
     _write_if_changed(out_dir / "CMakeLists.txt", env.get_template("project/host/CMakeLists.txt.j2").render(**ctx))
     _write_if_changed(out_dir / "main.c", env.get_template("project/host/main.c.j2").render(**ctx))
