@@ -47,8 +47,8 @@ def test_every_unsupported_op_listed_with_node_names(tmp_path):
 def test_unsupported_attribute_names_node():
     model = make_model([helper.make_node("MaxPool", ["x"], ["y", "idx"], name="pool_with_indices",
                                          kernel_shape=[2, 2])],
-                       [("x", [1, 1, 4, 4])], [("y", [1, 1, 2, 2])])
-    model.graph.output.append(helper.make_tensor_value_info("idx", TensorProto.INT64, [1, 1, 2, 2]))
+                       [("x", [1, 1, 4, 4])], [("y", [1, 1, 3, 3])])
+    model.graph.output.append(helper.make_tensor_value_info("idx", TensorProto.INT64, [1, 1, 3, 3]))
     with pytest.raises(UnsupportedError, match="pool_with_indices"):
         tinyc.load(model)
 

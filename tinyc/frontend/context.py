@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from tinyc.errors import UnsupportedError
+from tinyc.errors import ShapeError, UnsupportedError
 from tinyc.ir import Graph, Node
 
 
@@ -29,7 +29,8 @@ class ImportContext:
             elif isinstance(v, list) and v and isinstance(v[0], bytes):
                 self._attrs[k] = [x.decode() for x in v]
             elif isinstance(v, onnx.TensorProto):
-                self._attrs[k] = onnx.numpy_helper.to_array(v)
+                from tinyc.frontend.validate import tensor_to_array
+                self._attrs[k] = tensor_to_array(v, f"node '{node_name}' ({self.op_type}): attribute '{k}' tensor")
 
     # -- attributes and inputs ---------------------------------------------------------------
     def attr(self, name: str, default: Any = None) -> Any:
@@ -62,6 +63,10 @@ class ImportContext:
     # -- results ------------------------------------------------------------------------------
     def unsupported(self, message: str) -> NoReturn:
         raise UnsupportedError(f"node '{self.name}' ({self.op_type}): {message}")
+
+    def invalid(self, message: str) -> NoReturn:
+        """The node is malformed (attributes or shapes ONNX forbids; onnxruntime refuses it too)."""
+        raise ShapeError(f"node '{self.name}' ({self.op_type}): {message}")
 
     def make_node(self, op: str, inputs: list[str] | None = None, outputs: list[str] | None = None,
                   **attrs: Any) -> Node:

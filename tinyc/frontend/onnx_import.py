@@ -14,14 +14,15 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from tinyc.errors import ModelLoadError, ShapeError, TinycError, UnsupportedError
+from tinyc.frontend import validate
 from tinyc.frontend.context import ImportContext
 from tinyc.ir import Graph, Node, Tensor
 from tinyc.ops.base import get_op, onnx_op
 
-MIN_OPSET = 1  # officially 11+; older forms that the handlers understand are accepted too
+MIN_OPSET = validate.MIN_OPSET  # older forms that the handlers understand are accepted; see validate.py
 
 
 def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
@@ -67,8 +68,7 @@ def _np_dtype_name(elem_type: int) -> str:
     except Exception:
         name = ""
     if name not in DTYPE_BYTES:
-        raise UnsupportedError(
-            f"tensor element type {onnx.TensorProto.DataType.Name(elem_type)} is not supported")
+        raise UnsupportedError(f"tensor element type {validate.dtype_name(elem_type)} is not supported")
     return name
 
 
@@ -121,21 +121,19 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
     else:
         default_name = model.graph.name or "model"
     shapes = parse_input_shapes(input_shapes)
+    # Validation up front (validate.py): what onnxruntime refuses is refused here, in one line.
+    validate.validate_structure(model)
     opset = _opset(model)
-    if opset < MIN_OPSET:
-        raise UnsupportedError(f"model uses ai.onnx opset {opset}; tinyc needs opset {MIN_OPSET} or newer "
-                               f"(11+ recommended)")
     _check_ops(model)  # before the checker: it also rejects unknown ops, less helpfully
-    try:
-        onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid model"
-        raise ModelLoadError(f"the ONNX checker rejected the model: {first}") from None
+    validate.validate_semantics(model, opset)
 
     g = Graph(name=name or default_name)
+    # A graph input that also has an initializer (IR >= 4): the initializer is its default value.
+    # onnxruntime lists it as an overridable initializer, not as an input, and uses the default
+    # unless fed; an ahead-of-time compiler freezes it to the default (a constant).
     initializers = {t.name: t for t in model.graph.initializer}
     for t in initializers.values():
-        g.add_constant(t.name, numpy_helper.to_array(t))
+        g.add_constant(t.name, validate.tensor_to_array(t))
 
     bind = dict(bind or {})
     graph_inputs = {vi.name for vi in model.graph.input}
@@ -193,6 +191,10 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
     for vi in model.graph.output:
         if vi.name not in g.tensors:
             raise ModelLoadError(f"graph output '{vi.name}' is not produced by any node")
+        declared = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+        if declared and _np_dtype_name(declared) != g.tensor(vi.name).dtype:
+            raise ShapeError(f"graph output '{vi.name}' is declared {validate.dtype_name(declared)}, but tinyc "
+                             f"computes it as {g.tensor(vi.name).dtype}")
         g.outputs.append(vi.name)
         g.output_names.append(vi.name)
     _cross_check_shapes(model, g, shapes)
@@ -210,6 +212,7 @@ def _import_node(g: Graph, onode: onnx.NodeProto, opset: int, node_name: str) ->
         if i and i not in g.tensors:
             raise ModelLoadError(f"node '{node_name}' ({onode.op_type}) reads '{i}', which no earlier node "
                                  f"produces (graph not topologically sorted?)")
+    validate.check_node_scales(onode, opset, f"node '{node_name}' ({onode.op_type})", g.constant)
     ctx = ImportContext(onode, g, opset, node_name)
     try:
         result = opdef.import_onnx(ctx)

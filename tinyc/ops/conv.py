@@ -13,14 +13,51 @@ from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, OutputType, register
 
 
+def check_window(ctx: Any, in_spatial: tuple[int, ...] | list[int], kernel: list[int], strides: list[int],
+                 dilations: list[int]) -> None:
+    """The shape rule ONNX (and onnxruntime) apply to a sliding window (Conv, ConvTranspose, pools):
+    one kernel size, stride and dilation per spatial dim, each >= 1."""
+    n = len(in_spatial)
+    for what, v in (("kernel_shape", kernel), ("strides", strides), ("dilations", dilations)):
+        if len(v) != n:
+            ctx.invalid(f"{what} {list(v)} must have {n} values (one per spatial dim of the input)")
+        if any(int(x) < 1 for x in v):
+            ctx.invalid(f"{what} {list(v)} must be >= 1")
+
+
 def resolve_pads(ctx: Any, in_spatial: tuple[int, ...], kernel: list[int], strides: list[int],
                  dilations: list[int]) -> list[int]:
-    """Explicit pads [begin..., end...] from `pads` or `auto_pad` (SAME_UPPER/SAME_LOWER/VALID)."""
+    """Explicit pads [begin..., end...] from `pads` or `auto_pad` (SAME_UPPER/SAME_LOWER/VALID),
+    after checking the window (``check_window``), the pads (2 per spatial dim, >= 0, never with
+    auto_pad) and that the dilated kernel fits the padded input (else the output is empty)."""
+    n = len(kernel)
+    check_window(ctx, in_spatial, kernel, strides, dilations)
+    pads = _resolve_pads(ctx, in_spatial, kernel, strides, dilations)
+    for i in range(n):
+        span = (int(kernel[i]) - 1) * int(dilations[i]) + 1
+        padded = int(in_spatial[i]) + pads[i] + pads[i + n]
+        if span > padded:
+            ctx.invalid(f"the kernel spans {span} along spatial dim {i} (kernel {kernel[i]}, dilation "
+                        f"{dilations[i]}), more than the padded input ({in_spatial[i]} + pads {pads[i]}+{pads[i + n]} "
+                        f"= {padded}): the output would be empty")
+    return pads
+
+
+def _resolve_pads(ctx: Any, in_spatial: tuple[int, ...], kernel: list[int], strides: list[int],
+                  dilations: list[int]) -> list[int]:
     n = len(kernel)
     auto = ctx.attr("auto_pad", "NOTSET")
+    explicit = ctx.attr("pads")
+    if explicit is not None:
+        explicit = [int(p) for p in explicit]
+        if len(explicit) != 2 * n:
+            ctx.invalid(f"pads {explicit} must have {2 * n} values (begin and end per spatial dim)")
+        if min(explicit, default=0) < 0:
+            ctx.invalid(f"pads {explicit} must not be negative")
     if auto in ("NOTSET", "", None):
-        pads = ctx.attr("pads")
-        return [0] * (2 * n) if pads is None else [int(p) for p in pads]
+        return [0] * (2 * n) if explicit is None else explicit
+    if explicit is not None:
+        ctx.invalid(f"auto_pad={auto} together with explicit pads {explicit} (ONNX allows one or the other)")
     if auto == "VALID":
         return [0] * (2 * n)
     if auto in ("SAME_UPPER", "SAME_LOWER"):
@@ -34,6 +71,32 @@ def resolve_pads(ctx: Any, in_spatial: tuple[int, ...], kernel: list[int], strid
             end.append(total - b)
         return begin + end
     ctx.unsupported(f"auto_pad={auto!r}")
+
+
+def check_conv_weights(ctx: Any, xs: tuple[int, ...], ws: tuple[int, ...], wi: int = 1) -> None:
+    """Conv's shape rule (as onnxruntime checks it): weights [M, C/group, *kernel] of the input's
+    rank, group >= 1 dividing C and M, kernel_shape (when given) equal to the weights' kernel."""
+    group = int(ctx.attr("group", 1))
+    if len(ws) != len(xs):
+        ctx.invalid(f"weights of shape {list(ws)} must have the input's rank {len(xs)}")
+    if group < 1:
+        ctx.invalid(f"group {group} must be >= 1")
+    C, M = int(xs[1]), int(ws[0])
+    if C % group or M % group:
+        ctx.invalid(f"group {group} must divide the input channels ({C}) and the output channels ({M})")
+    if int(ws[1]) * group != C:
+        ctx.invalid(f"weights of shape {list(ws)} have {ws[1]} input channels per group, the input has "
+                    f"{C} / group {group} = {C // group}")
+    k = ctx.attr("kernel_shape")
+    if k is not None and [int(v) for v in k] != [int(v) for v in ws[2:]]:
+        ctx.invalid(f"kernel_shape {list(k)} differs from the weights' kernel {list(ws[2:])}")
+
+
+def check_bias(ctx: Any, i: int, channels: int) -> None:
+    """A per-output-channel bias (input i) must be 1-D of exactly `channels` values."""
+    bs = ctx.shape(i)
+    if len(bs) != 1 or int(bs[0]) != channels:
+        ctx.invalid(f"bias of shape {list(bs)} must be 1-D with one value per output channel ({channels})")
 
 
 def conv_out_size(size: int, k: int, s: int, d: int, pb: int, pe: int, ceil_mode: bool = False) -> int:
@@ -241,15 +304,15 @@ class Conv(OpDef):
         if ctx.dtype(0) != "float32":
             ctx.unsupported(f"element type {ctx.dtype(0)} (float32 only here; int8 comes through quantization)")
         n = len(xs) - 2
+        check_conv_weights(ctx, xs, w.shape)
         kernel = [int(k) for k in (ctx.attr("kernel_shape") or w.shape[2:])]
         strides = [int(s) for s in (ctx.attr("strides") or [1] * n)]
         dil = [int(d) for d in (ctx.attr("dilations") or [1] * n)]
         group = int(ctx.attr("group", 1))
         pads = resolve_pads(ctx, xs[2:], kernel, strides, dil)
-        if xs[1] != w.shape[1] * group:
-            ctx.unsupported(f"input channels {xs[1]} != weight channels {w.shape[1]} x groups {group}")
         ins = list(ctx.inputs[:2])
         if ctx.has_input(2):
+            check_bias(ctx, 2, int(w.shape[0]))
             ins.append(ctx.inputs[2])
             if ctx.const(2) is None:
                 ctx.unsupported("bias must be constant")

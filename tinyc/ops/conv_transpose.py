@@ -13,7 +13,7 @@ import numpy as np
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, OutputType, register
-from tinyc.ops.conv import weights_to_channels_last, apply_activation
+from tinyc.ops.conv import apply_activation, check_bias, weights_to_channels_last
 
 
 def convtranspose_geometry(in_sp: list[int], kernel: list[int], strides: list[int], dilations: list[int],
@@ -121,6 +121,14 @@ class ConvTranspose(OpDef):
             pads = [int(p) for p in pads]
             if len(pads) != 2 * n:
                 ctx.unsupported(f"pads {pads} do not match the spatial rank")
+            if min(pads) < 0:
+                ctx.invalid(f"pads {pads} must not be negative")
+            if auto != "NOTSET":
+                ctx.invalid(f"auto_pad={auto} together with explicit pads {pads} (ONNX allows one or the other)")
+        if min(kernel) < 1:
+            ctx.invalid(f"kernel_shape {kernel} must be >= 1")
+        if min(out_pad) < 0:
+            ctx.invalid(f"output_padding {out_pad} must not be negative")
         oshape = ctx.attr("output_shape")
         if oshape is not None:
             oshape = [int(s) for s in oshape]
@@ -134,6 +142,7 @@ class ConvTranspose(OpDef):
         ins = list(ctx.inputs[:2])
         oc = int(w.shape[1]) * group
         if ctx.has_input(2):
+            check_bias(ctx, 2, oc)
             if ctx.const(2) is None:
                 ctx.unsupported("bias must be constant")
             ins.append(ctx.inputs[2])

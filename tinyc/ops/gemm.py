@@ -17,6 +17,23 @@ from tinyc.ops.conv import (GRID_ORDERS, apply_activation, grid_canonical, grid_
 MM_TYPES = ("float32",)
 
 
+def check_gemm_shapes(ctx: Any, ta: int, tb: int) -> None:
+    """Gemm's shape rule (onnxruntime's): A and B are matrices whose inner dimensions (after
+    transA/transB) agree, and C broadcasts one way to the [M, N] result."""
+    a, b = ctx.shape(0), ctx.shape(1)
+    if len(a) != 2 or len(b) != 2:
+        ctx.invalid(f"A {list(a)} and B {list(b)} must both be 2-D")
+    M, K = (a[1], a[0]) if ta else (a[0], a[1])
+    K2, N = (b[1], b[0]) if tb else (b[0], b[1])
+    if K != K2:
+        ctx.invalid(f"inner dimensions differ: A {list(a)}{' (transposed)' if ta else ''} has K={K}, "
+                    f"B {list(b)}{' (transposed)' if tb else ''} has K={K2}")
+    if ctx.has_input(2):
+        c = ctx.shape(2)
+        if len(c) > 2 or any(d not in (1, want) for d, want in zip(reversed(c), (N, M))):
+            ctx.invalid(f"bias C of shape {list(c)} does not broadcast to the result [{M}, {N}]")
+
+
 @register
 class Gemm(OpDef):
     """y[M,N] = alpha * A' @ B' + beta * C (A' = A or A^T, B' likewise; C broadcast to [M, N])."""
@@ -30,6 +47,7 @@ class Gemm(OpDef):
             ctx.unsupported(f"element type {ctx.dtype(0)} (float32 only)")
         alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
         ta, tb = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))
+        check_gemm_shapes(ctx, ta, tb)
         ins = list(ctx.inputs[:2])
         b = ctx.const(1)
         if b is not None:
@@ -172,6 +190,16 @@ class MatMul(OpDef):
         if ctx.dtype(0) not in MM_TYPES:
             ctx.unsupported(f"element type {ctx.dtype(0)} (float32 only)")
         a_shape = ctx.shape(0)
+        bs = ctx.shape(1)
+        if not a_shape or not bs:
+            ctx.invalid(f"inputs of shapes {list(a_shape)} and {list(bs)}: MatMul needs rank >= 1")
+        k_b = bs[0] if len(bs) == 1 else bs[-2]
+        if a_shape[-1] != k_b:
+            ctx.invalid(f"inner dimensions differ: A {list(a_shape)} has K={a_shape[-1]}, B {list(bs)} has K={k_b}")
+        try:
+            np.broadcast_shapes(tuple(a_shape[:-2]), tuple(bs[:-2]))
+        except ValueError:
+            ctx.invalid(f"batch dimensions of A {list(a_shape)} and B {list(bs)} do not broadcast")
         b = ctx.const(1)
         if b is not None and b.ndim == 2 and len(a_shape) >= 2:
             rows = int(np.prod(a_shape[:-1]))
