@@ -36,6 +36,23 @@ typedef enum {
 #define TINYC_SIMD
 #endif
 
+/* The first statement of every generated kernel. Works around a GCC wrong-code bug (gcc 12.2,
+ * x86-64 -O3 with AVX2, e.g. -march=native; no undefined behaviour involved: clean under ASan and
+ * UBSan, clang exact). Kernels are static and called with constant pointers into the one arena,
+ * so IPA-CP makes input and output addresses of one object; where the output stride is a multiple
+ * of the input's, IVOPTs writes the vectorised output store through the input's induction
+ * variable as MEM[0B + (-k * &arena) + iv * 8], the late pure-const pass (and ipa-modref) take that
+ * for a NULL dereference, find the kernel pure, and the caller deletes the call: the outputs are
+ * never written (seen on QConv and QMatMul). An empty volatile asm with a memory clobber, before
+ * any store, gives the kernel side effects for those analyses and emits no instruction. Cortex-M
+ * builds leave it out (arm-none-eabi-gcc 12.2 forms no such store there, and the barrier would
+ * move a few prologue instructions). Covered by tests/test_mve_host_regression.py. */
+#if defined(__GNUC__) && !defined(__clang__) && !(defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M')
+#define TINYC_KERNEL_ENTRY() __asm__ __volatile__("" : : : "memory")
+#else
+#define TINYC_KERNEL_ENTRY() ((void)0)
+#endif
+
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 199901L
 #define TINYC_RESTRICT restrict
 #else
