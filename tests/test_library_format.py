@@ -169,3 +169,27 @@ def test_example_firmware_with_cmake_and_make_runs_in_qemu(tmp_path, quantize):
         assert f"(label {int(y_test[index])})" in text
         assert digit == int(np.argmax(expected))
         np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-5 * float(np.abs(expected).max()))
+
+
+@pytest.mark.slow
+def test_flags_with_quotes_reach_the_compiler(tmp_path):
+    """A board's cflags are shell words: a quoted define with spaces, '#' and '$' builds through the
+    host project's CMake, the library's CMake and its make fragment (a bare "{{ cflags }}" broke all
+    three)."""
+    if not all(shutil.which(t) for t in ("cmake", "make", "cc")):
+        pytest.skip("needs cmake, make and cc")
+    import tinyc
+    flags = '-O1 "-DTINYC_TEST_WORDS=\\"a b#c$d\\""'
+    res = tinyc.compile(str(DIGITS), tmp_path / "host", cflags=flags, build=True)
+    assert (res.output_dir / "tinyc.json").is_file()
+    board = load_board("host")
+    board["toolchain"]["cflags"] = flags
+    gen = generate_digits()
+    out = tmp_path / "lib"
+    write_library_project(out, gen.files, gen.manifest, board)
+    assert build_library(out).is_file()
+    (tmp_path / "Makefile").write_text(f"include {out}/digits_cnn.mk\nall: $(DIGITS_CNN_LIB)\n")
+    proc = subprocess.run(["make", "-C", str(tmp_path), "DIGITS_CNN_BUILD=" + str(tmp_path / "mk")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "-DTINYC_TEST_WORDS" in proc.stdout and (tmp_path / "mk" / "libdigits_cnn.a").is_file()

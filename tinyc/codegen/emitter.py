@@ -192,6 +192,18 @@ def xml_text(text: Any, limit: int = TEXT_LIMIT) -> str:
     return html.escape(s, quote=True)
 
 
+def cmake_quote(word: str) -> str:
+    """`word` as one quoted CMake argument: backslashes, quotes and '$' escaped (so `${...}` is not
+    expanded); CMake itself then escapes the value for the Makefile or Ninja file and the shell."""
+    return '"' + str(word).replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+
+
+def make_text(text: str) -> str:
+    """`text` (shell words, e.g. flags) as it must stand in a GNU make assignment to reach the
+    shell unchanged: `$` doubled, `#` (a comment in make) escaped; newlines become spaces."""
+    return " ".join(str(text).splitlines()).replace("$", "$$").replace("#", "\\#")
+
+
 def register_filters(env: jinja2.Environment) -> jinja2.Environment:
     """The escaping filters every template that prints a model-given text uses: `c_comment`,
     `c_string` (C string-literal content), `c_ident`, `md_text` and `xml_text`."""
@@ -200,6 +212,8 @@ def register_filters(env: jinja2.Environment) -> jinja2.Environment:
     env.filters["c_ident"] = c_identifier
     env.filters["md_text"] = md_text
     env.filters["xml_text"] = xml_text
+    env.filters["cmake_quote"] = cmake_quote
+    env.filters["make_text"] = make_text
     return env
 
 

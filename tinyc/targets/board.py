@@ -97,9 +97,7 @@ def _header_number(files: Mapping[str, str], prefix: str, macro: str) -> int:
 
 def _jinja_env() -> Any:
     from tinyc.codegen.emitter import template_env
-    from tinyc.targets.boards import cmake_quote
     env = template_env()
-    env.filters["cmake_quote"] = cmake_quote  # a pure function: adding it to the shared environment is harmless
     return env
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Tuple
 
+from tinyc.codegen.emitter import cmake_quote  # noqa: F401  (re-exported: board templates quote flags with it)
 from tinyc.errors import UsageError
 from tinyc.resources import boards_dir
 
@@ -141,11 +142,6 @@ def split_flags(text: str) -> list[str]:
                              "remove it (put several definitions in separate flags)")
     return words
 
-
-def cmake_quote(word: str) -> str:
-    """`word` as one quoted CMake argument: backslashes, quotes and '$' escaped (so `${...}` is not
-    expanded); CMake itself then escapes the value for the Makefile or Ninja file and the shell."""
-    return '"' + word.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
 
 
 def _search_dirs(board_dir: str | Path | None) -> list[Path]:
