@@ -33,6 +33,7 @@ def quantization_summary(q: QuantizationResult) -> dict[str, Any]:
 
 
 def summary_markdown(s: Mapping[str, Any]) -> str:
+    from tinyc.codegen.emitter import md_text  # node and tensor names are the model's text
     lines = ["## Quantization", "",
              f"- source of the int8 grids: {'calibration (' + str(s['calib_method']) + ', ' + str(s['calib_samples']) + ' samples)' if s['mode'] == 'calibrated' else 'the QDQ model'}",
              f"- int8 kernels: {s['int8_nodes']}; Quantize/Dequantize boundaries: "
@@ -40,11 +41,11 @@ def summary_markdown(s: Mapping[str, Any]) -> str:
              f"- ops left in float: {len(s['float_nodes'])}", ""]
     if s["float_nodes"]:
         lines += ["| node | op | why float |", "|---|---|---|"]
-        lines += [f"| {f['name']} | {f['op']} | {f['reason']} |" for f in s["float_nodes"]]
+        lines += [f"| {md_text(f['name'])} | {f['op']} | {md_text(f['reason'])} |" for f in s["float_nodes"]]
         lines.append("")
     if s["ranges"]:
         lines += ["### Calibrated ranges", "", "| tensor | min | max | method |", "|---|---:|---:|---|"]
-        lines += [f"| `{r['tensor']}` | {r['min']:.6g} | {r['max']:.6g} | {r['method']} |" for r in s["ranges"]]
+        lines += [f"| {md_text(r['tensor'])} | {r['min']:.6g} | {r['max']:.6g} | {r['method']} |" for r in s["ranges"]]
         lines.append("")
     return "\n".join(lines)
 
@@ -146,8 +147,9 @@ def compare_float_int8(q: QuantizationResult, feeds: Callable[[int], dict[str, n
 
 
 def comparison_markdown(c: Comparison, summary: Mapping[str, Any], title: str) -> str:
+    from tinyc.codegen.emitter import md_text  # node and output names are the model's text
     pct = (lambda v: "n/a" if v is None else f"{100 * v:.2f}%")
-    lines = [f"# tinyc quantization report: {title}", "",
+    lines = [f"# tinyc quantization report: {md_text(title)}", "",
              f"Float graph vs int8 graph (tinyc's golden integer model, bit-exact with the generated C), "
              f"over {c.samples} calibration samples.", "",
              "| | float | int8 |", "|---|---:|---:|",
@@ -156,10 +158,10 @@ def comparison_markdown(c: Comparison, summary: Mapping[str, Any], title: str) -
              f"| top-1 vs labels | {pct(c.top1_float)} | {pct(c.top1_int8)} |", "",
              f"Top-1 agreement int8 vs float: {pct(c.top1_agreement)}", ""]
     lines += ["| output | SNR (dB) | max abs error |", "|---|---:|---:|"]
-    lines += [f"| {k} | {v['snr_db']:.1f} | {v['max_abs_error']:.4g} |" for k, v in c.outputs.items()]
+    lines += [f"| {md_text(k)} | {v['snr_db']:.1f} | {v['max_abs_error']:.4g} |" for k, v in c.outputs.items()]
     lines += ["", "## Per layer (int8 output vs the float tensor it replaces)", "",
               "| layer | op | SNR (dB) | max abs error | max abs float |", "|---|---|---:|---:|---:|"]
-    lines += [f"| {e.node} | {e.op} | {e.snr_db:.1f} | {e.max_abs_error:.4g} | {e.max_abs_float:.4g} |"
+    lines += [f"| {md_text(e.node)} | {e.op} | {e.snr_db:.1f} | {e.max_abs_error:.4g} | {e.max_abs_float:.4g} |"
               for e in c.layers]
     lines += ["", summary_markdown(summary)]
     return "\n".join(lines) + "\n"
