@@ -95,19 +95,20 @@ def _sample_input(graph: Graph, calib: Any, seed: int) -> dict[str, np.ndarray]:
     input's grid for an int8-I/O model), else seeded noise in each input's range (kernel speed
     does not depend on the values)."""
     from tinyc.quantize.calibrate import _load_calib
-    from tinyc.quantize.io import io_quant, to_model_input
+    from tinyc.quantize.feeds import prepare_feeds
+    from tinyc.quantize.io import io_quant
     rng = np.random.default_rng(seed)
-    data = _load_calib(calib) if calib is not None else {}
-    if len(graph.inputs) == 1 and graph.inputs[0] not in data and len(data) == 1:
-        data = {graph.inputs[0]: next(iter(data.values()))}
+    first: dict[str, np.ndarray] = {}
+    if calib is not None:   # outside data: checked (names, shapes, values) as every runner checks it
+        specs = [{k: v for k, v in {"name": n, "dtype": graph.tensor(n).dtype, "shape": list(graph.tensor(n).shape),
+                                    "quant": io_quant(graph.tensor(n))}.items() if v is not None}
+                 for n in graph.inputs]
+        first = prepare_feeds({"inputs": specs}, _load_calib(calib)).model(0)
     feeds: dict[str, np.ndarray] = {}
     for name in graph.inputs:
         t = graph.tensor(name)
-        if name in data:
-            arr = np.asarray(data[name])
-            one = arr.reshape(t.shape) if arr.size == t.size else arr[0].reshape(t.shape)
-            spec = {"name": name, "dtype": t.dtype, "shape": list(t.shape), "quant": io_quant(t)}
-            feeds[name] = to_model_input({k: v for k, v in spec.items() if v is not None}, one)
+        if name in first:
+            feeds[name] = first[name]
         elif t.dtype in ("int8", "uint8"):
             info = np.iinfo(t.dtype)
             feeds[name] = rng.integers(info.min, info.max + 1, size=t.shape).astype(t.dtype)
