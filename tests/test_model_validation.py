@@ -182,6 +182,10 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], type, str, str]] = [
                                              [vi("y", F, ["m", "n"])],
                                              [nh.from_array(np.ones((4, 3), np.float32), "b")]),
      ShapeError, "Incompatible dimensions", "load"),
+    # data movement (the fuzz campaign's VWW model with a 5-D input before its 4-axis Transpose)
+    ("transpose-perm-vs-rank", lambda: model([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 1])],
+                                             [vi("x", F, [1, 2, 3, 4])], [vi("y", F, ["a", "b", "c"])]),
+     ShapeError, "is not a permutation of the input's 4 axes", "run"),
     # quantization scales (onnxruntime runs all of these; their outputs are inf, NaN or meaningless)
     ("quantize-zero-scale", lambda: qdq("QuantizeLinear", 0.0), UnsupportedError, "y_scale 0 is zero", "runs"),
     ("quantize-negative-scale", lambda: qdq("QuantizeLinear", -1.0), UnsupportedError, "is negative", "runs"),

@@ -116,7 +116,9 @@ class Transpose(OpDef):
     def import_onnx(self, ctx):  # type: ignore[override]
         rank = len(ctx.shape(0))
         perm = ctx.attr("perm")
-        perm = list(range(rank))[::-1] if perm is None else [int(p) % max(rank, 1) for p in perm]
+        perm = list(range(rank))[::-1] if perm is None else [int(p) for p in perm]
+        if sorted(perm) != list(range(rank)):
+            ctx.invalid(f"perm {perm} is not a permutation of the input's {rank} axes (0..{rank - 1})")
         return ctx.make_node("Transpose", inputs=ctx.inputs[:1], perm=perm)
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
