@@ -128,6 +128,16 @@ def m_gemm_relu():
     return inferred_model(nodes, {"x": x}, ["y", "y2"], [_const("B", B), _const("c", c)]), {"x": x}
 
 
+def m_gemm_inf_alpha():
+    """Gemm with alpha = inf and a constant B holding zeros: alpha * (A @ B) is ±inf (NaN only
+    where A @ B is 0), never inf * 0 per weight (found by the fuzz campaign: alpha was folded
+    into B, so every zero weight made a NaN)."""
+    x = np.array([[1, 2, 3, 4], [0, 0, 0, 0], [-1, 0.5, 2, 1]], np.float32)
+    B = np.array([[1, 0, 2], [0, 0, -1], [3, 0, 0], [0, 1, 0]], np.float32)
+    nodes = [helper.make_node("Gemm", ["x", "B"], ["y"], alpha=float("inf"))]
+    return inferred_model(nodes, {"x": x}, ["y"], [_const("B", B)]), {"x": x}
+
+
 def m_pools():
     """Max pools with ±Inf (order does not matter for them; NaN: test_nan_anywhere_propagates),
     average pools with NaN and ±Inf."""
@@ -191,7 +201,7 @@ def m_scatter_nan_update():
 
 
 MODELS = {f.__name__[2:]: f for f in (m_activations, m_max_min, m_conv_nan_weight_relu_maxpool, m_depthwise_clip,
-                                       m_gemm_relu, m_pools, m_reduce, m_argmax, m_softmax,
+                                       m_gemm_relu, m_gemm_inf_alpha, m_pools, m_reduce, m_argmax, m_softmax,
                                        m_scatter_nan_update)}
 
 
@@ -327,6 +337,9 @@ def test_board_matches_onnxruntime(tmp_path):
         got = tinyc.run(out, feeds)
         for k, v in _ort(model, feeds).items():
             assert_same(got[k], v, f"mps2-an386 {name}/{k}")
+        # validate compares NaN-aware: NaN outputs equal to the golden model's are agreement
+        report = tinyc.validate(out, feeds)
+        assert all(o["golden_ok"] for o in report["outputs"].values()), report
 
 
 @pytest.mark.parametrize("name", ["conv_nan_weight_relu_maxpool", "depthwise_clip"])

@@ -25,6 +25,7 @@ import numpy as np
 from tinyc.errors import DeviceError, RunError, UsageError
 from tinyc.quantize.feeds import prepare_feeds, stack_outputs, to_model_input
 from tinyc.quantize.io import to_float_output
+from tinyc.reference.compare import compare_float
 
 #: What `validate` compares against: the graph the firmware was generated from (for the golden model).
 GOLDEN_GRAPH = "golden_graph.pkl"
@@ -311,16 +312,15 @@ def validate_on_device(project_dir: str | os.PathLike, data: Mapping[str, np.nda
     for o in manifest["outputs"]:
         name = o["name"]
         d, g = np.asarray(dev.outputs[name]), np.asarray(golden[name])
-        entry: dict[str, Any] = {"max_abs_diff_vs_golden": float(np.max(np.abs(d.astype(np.float64) - g)))
-                                 if d.size else 0.0,
-                                 "bit_exact_vs_golden": bool(np.array_equal(d, g))}
-        tol = 0.0 if integer else 1e-4 * max(1.0, float(np.max(np.abs(g))) if g.size else 1.0)
-        entry["golden_ok"] = entry["bit_exact_vs_golden"] if integer else entry["max_abs_diff_vs_golden"] <= tol
+        close = compare_float(d, g)   # NaN-aware: a NaN (or inf) output is a result to compare too
+        entry: dict[str, Any] = {"max_abs_diff_vs_golden": close.max_abs_diff,
+                                 "bit_exact_vs_golden": bool(np.array_equal(d, g, equal_nan=d.dtype.kind == "f"))}
+        entry["golden_ok"] = entry["bit_exact_vs_golden"] if integer else close.ok
         ok &= entry["golden_ok"]
         if ort is not None and name in ort:
             r = np.asarray(ort[name], np.float64).reshape(d.shape)
             real = to_float_output(o, d).astype(np.float64) if np.asarray(ort[name]).dtype.kind == "f" else d
-            entry["max_abs_diff_vs_onnxruntime"] = float(np.max(np.abs(real - r))) if d.size else 0.0
+            entry["max_abs_diff_vs_onnxruntime"] = compare_float(real, r).max_abs_diff
             if d.ndim >= 2 and d.shape[-1] > 1:
                 entry["top1_agreement_vs_onnxruntime"] = float(np.mean(d.argmax(-1) == r.argmax(-1)))
         if labels is not None and d.ndim >= 2 and d.shape[-1] > 1:

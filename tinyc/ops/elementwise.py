@@ -237,6 +237,24 @@ BINARY: list[BinarySpec] = [
 INT_TYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
 
 
+#: ops that broadcast only with the attribute broadcast=1 before opset 7, and the variadic ones,
+#: which did not broadcast at all before opset 8: otherwise their operands must have one shape
+_LEGACY_ATTR_BROADCAST = ("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Greater", "Less")
+_LEGACY_NO_BROADCAST = ("Max", "Min", "Sum", "Mean")
+
+
+def check_legacy_broadcast(ctx: Any, op: str, ins: list[str]) -> None:
+    """An old-opset model that relies on broadcasting its opset did not have is malformed:
+    computing it with today's numpy broadcasting would give an answer the model never meant."""
+    legacy = ((op in _LEGACY_ATTR_BROADCAST and ctx.opset < 7 and not int(ctx.attr("broadcast", 0)))
+              or (op in _LEGACY_NO_BROADCAST and ctx.opset < 8))
+    if legacy and len(ins) > 1:
+        shapes = [tuple(ctx.graph.tensor(i).shape) for i in ins]
+        if len(set(shapes)) > 1:
+            ctx.invalid(f"operand shapes {', '.join(map(str, shapes))} differ, but at opset {ctx.opset} {op} does "
+                        "not broadcast" + (" without broadcast=1" if op in _LEGACY_ATTR_BROADCAST else ""))
+
+
 class BinaryOp(OpDef):
     """y = a OP b with numpy broadcasting; Max/Min/Sum/Mean with more inputs become chains."""
 
@@ -259,8 +277,7 @@ class BinaryOp(OpDef):
             if ctx.attr("axis") is not None and ctx.attr("broadcast", 0):
                 ctx.unsupported("legacy axis-broadcasting (opset < 7) is not supported")
         ins = [i for i in ctx.inputs if i]
-        if self.op == "PRelu" and len(ins) == 2:
-            pass
+        check_legacy_broadcast(ctx, self.op, ins)
         if ctx.dtype(0) != ctx.dtype(1) if len(ins) > 1 else False:
             if self.op == "Pow" and ctx.dtype(0) == "float32":
                 pass  # exponent of another type is converted below
@@ -388,6 +405,7 @@ class SumMeanOp(OpDef):
 
     def import_onnx(self, ctx):  # type: ignore[override]
         ins = [i for i in ctx.inputs if i]
+        check_legacy_broadcast(ctx, self.kind, ins)
         nodes: list[Node] = []
         if len(ins) == 1 and self.kind == "Sum":
             return ctx.make_node("Identity", inputs=ins)

@@ -50,7 +50,7 @@ class Gemm(OpDef):
         check_gemm_shapes(ctx, ta, tb)
         ins = list(ctx.inputs[:2])
         b = ctx.const(1)
-        if b is not None:
+        if b is not None and np.isfinite(alpha):  # inf * a zero weight would be NaN where alpha * (A @ B) is not
             b2 = b.T if tb else b
             ins[1] = ctx.add_constant("weight_kn", np.ascontiguousarray(b2 * np.float32(alpha)).astype(np.float32))
             tb, alpha = 0, 1.0

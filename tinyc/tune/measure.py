@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from tinyc.errors import BuildError, DeviceError
+from tinyc.reference.compare import compare_float
 from tinyc.tune.bench import Batch, Candidate, write_board_batch, write_host_batch, write_opencl_batch
 
 
@@ -46,12 +47,11 @@ def _check(batch: Batch, j: int, data: bytes) -> str | None:
         got = np.frombuffer(data[off - batch.output_slices[j][0][0]:][:n], dtype=np.dtype(dtype).newbyteorder("<"))
         got = got.astype(np.dtype(dtype)).reshape(shape)
         if got.dtype.kind == "f":   # float kernels may sum in another order: onnxruntime-style tolerance
-            scale = float(np.max(np.abs(want))) if want.size else 0.0
-            if np.allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, scale), equal_nan=True):
+            close = compare_float(got, want)
+            if close.ok:
                 continue
-            bad = int(np.count_nonzero(~np.isclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, scale))))
-            return (f"{bad} of {got.size} output values differ from the golden model beyond tolerance "
-                    f"(max |diff| {float(np.nanmax(np.abs(got - want))):.3g})")
+            return (f"{close.mismatches} of {got.size} output values differ from the golden model beyond tolerance "
+                    f"(max |diff| {close.max_abs_diff:.3g})")
         if not np.array_equal(got, want):
             bad = int(np.count_nonzero(got != want))
             diff = int(np.max(np.abs(got.astype(np.int64) - want.astype(np.int64)))) if got.dtype.kind in "iu" else \
