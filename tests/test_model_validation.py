@@ -186,6 +186,11 @@ CASES: list[tuple[str, Callable[[], onnx.ModelProto], type, str, str]] = [
     ("transpose-perm-vs-rank", lambda: model([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 1])],
                                              [vi("x", F, [1, 2, 3, 4])], [vi("y", F, ["a", "b", "c"])]),
      ShapeError, "is not a permutation of the input's 4 axes", "run"),
+    # broadcasting an old opset did not have (the fuzz campaign's ResNet-8 relabelled opset 6)
+    ("opset6-add-without-broadcast-attr",
+     lambda: model([helper.make_node("Add", ["x", "b"], ["y"])], [vi("x", F, [1, 10])], [vi("y", F, [1, 10])],
+                   [nh.from_array(np.ones(10, np.float32), "b")], opset=6),
+     ShapeError, "at opset 6 Add does not broadcast without broadcast=1", "load"),
     # quantization scales (onnxruntime runs all of these; their outputs are inf, NaN or meaningless)
     ("quantize-zero-scale", lambda: qdq("QuantizeLinear", 0.0), UnsupportedError, "y_scale 0 is zero", "runs"),
     ("quantize-negative-scale", lambda: qdq("QuantizeLinear", -1.0), UnsupportedError, "is negative", "runs"),
