@@ -1413,10 +1413,8 @@ def _board_case_body(board_dir: str, work: str, ctx: dict[str, Any]) -> Outcome:
     if bad is not None:
         return bad
     manifest = json.loads((out / "tinyc.json").read_text()) if (out / "tinyc.json").is_file() else {}
-    if not (out / "board.json").is_file() and manifest.get("board") is None:
-        # a host board: the folder runs on this machine
-        pass
-    elif not json.loads((out / "board.json").read_text()).get("emulated"):
+    host_board = not (out / "board.json").is_file() and manifest.get("board") is None  # runs on this machine
+    if not host_board and not json.loads((out / "board.json").read_text()).get("emulated"):
         return Outcome("ok", "compiled and built (real board: not run)")
     r = cli(["run", out, "--input", ctx["x_path"], "--output", work_dir / "y.npz"])
     bad = judge_cli(r, "run --board")
