@@ -272,13 +272,42 @@ def save_golden_graph(out_dir: Path, graph: Any, source_model: str | None) -> No
         pickle.dump({"graph": graph, "source_model": source_model}, f)
 
 
+#: the only globals a golden graph written by `save_golden_graph` refers to: the IR's dataclasses and
+#: numpy's array reconstruction (numpy 1.x and 2.x module names)
+_GOLDEN_GLOBALS = frozenset({
+    ("tinyc.ir.graph", "Graph"), ("tinyc.ir.graph", "Node"), ("tinyc.ir.graph", "Tensor"),
+    ("tinyc.ir.graph", "QuantParams"), ("numpy", "dtype"), ("numpy", "ndarray"),
+    ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "scalar"), ("numpy.core.multiarray", "scalar"),
+})
+
+
+class _GoldenUnpickler(pickle.Unpickler):
+    """A project folder may come from someone else, and unpickling can call any importable function
+    (os.system, ...): only the classes a golden graph is made of may be loaded."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _GOLDEN_GLOBALS:
+            raise pickle.UnpicklingError(f"it refers to {module}.{name}")
+        return super().find_class(module, name)
+
+
 def _load_golden(out: Path) -> tuple[Any, str | None]:
     path = out / GOLDEN_GRAPH
     if not path.is_file():
         raise UsageError(f"{out} has no {GOLDEN_GRAPH}: compile the model again with this tinyc to validate it")
-    with open(path, "rb") as f:
-        data = pickle.load(f)
-    return data["graph"], data.get("source_model")
+    try:
+        with open(path, "rb") as f:
+            data = _GoldenUnpickler(f).load()
+        graph = data["graph"]
+    except Exception as exc:  # UnpicklingError, EOFError, a wrong structure, ...
+        raise UsageError(f"{path} is not a golden graph written by tinyc ({type(exc).__name__}: {exc}); refusing "
+                         f"to load it (pickled files can run code): compile the model again to validate it") from None
+    from tinyc.ir import Graph
+    if not isinstance(graph, Graph):
+        raise UsageError(f"{path} is not a golden graph written by tinyc (it holds a {type(graph).__name__}): "
+                         f"compile the model again to validate it")
+    return graph, data.get("source_model")
 
 
 def validate_on_device(project_dir: str | os.PathLike, data: Mapping[str, np.ndarray], port: str | None = None,
