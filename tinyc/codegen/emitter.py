@@ -85,6 +85,7 @@ def c_prefix(text: str) -> str:
             prefix = prefix[:MAX_PREFIX - 9].rstrip("_") + "_" + _short_hash(str(text))
     return prefix
 
+
 def _overlap(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool:
     """Whether two arena byte ranges overlap: such operands must not be `restrict`."""
     return a is not None and b is not None and a[0] < b[1] and b[0] < a[1]
