@@ -102,6 +102,17 @@ def _assert_exact(got: dict[str, np.ndarray], golden: dict[str, np.ndarray], sch
         np.testing.assert_array_equal(y, ref, err_msg=f"{what} {s}: {int((y != ref).sum())} of {y.size} outputs differ")
 
 
+def _build_run_check(out: Path, g: Any, ov: dict[str, dict[str, Any]], x: np.ndarray,
+                     scheds: list[dict[str, Any]], flags: tuple[str, ...]) -> None:
+    """Write the project, build it with exactly `flags`, run it: golden == C bit for bit, and gcc
+    found no layer function pure or const."""
+    golden = tinyc.reference.run_graph(g, {"x": x})
+    _write(g, ov, out)
+    got, pure = _gcc_run(out, g, x, flags)
+    _assert_exact(got, golden, scheds, " ".join(flags))
+    assert not [f for f in pure if f.startswith("layer")], f"gcc found layer functions pure/const: {pure}"
+
+
 def test_reported_case_user_path(tmp_path: Path) -> None:
     """The case as a user meets it: CMake project with the host default cflags, run via ctypes."""
     g, ov = conv_graph(SEED, **CASE, schedules=[SCHED])
@@ -116,11 +127,7 @@ def test_reported_case_gcc_flags(tmp_path: Path, flags: tuple[str, ...]) -> None
     """The case alone in its project (as reported), built with exactly these gcc flags."""
     g, ov = conv_graph(SEED, **CASE, schedules=[SCHED])
     x = _x(SEED, g)
-    golden = tinyc.reference.run_graph(g, {"x": x})
-    _write(g, ov, tmp_path)
-    got, pure = _gcc_run(tmp_path, g, x, flags)
-    _assert_exact(got, golden, [SCHED], " ".join(flags))
-    assert not [f for f in pure if f.startswith("layer")], f"gcc found layer functions pure/const: {pure}"
+    _build_run_check(tmp_path, g, ov, x, [SCHED], flags)
 
 
 @pytest.mark.parametrize("flags", FLAG_SETS)
@@ -136,11 +143,7 @@ def test_every_product_form(tmp_path: Path, flags: tuple[str, ...]) -> None:
     scheds.append(dict(variant="baseline", mac="i32"))
     g, ov = conv_graph(SEED, **CASE, schedules=scheds)
     x = _x(SEED, g)
-    golden = tinyc.reference.run_graph(g, {"x": x})
-    _write(g, ov, tmp_path)
-    got, pure = _gcc_run(tmp_path, g, x, flags)
-    _assert_exact(got, golden, scheds, " ".join(flags))
-    assert not [f for f in pure if f.startswith("layer")], f"gcc found layer functions pure/const: {pure}"
+    _build_run_check(tmp_path, g, ov, x, scheds, flags)
 
 
 #: (case, oc_tile values): oc_tile 64 needs more than 48 channels
@@ -155,11 +158,7 @@ def test_neighbour_tiles(tmp_path: Path, case: dict[str, Any], tiles: tuple[int,
               for t, p, lo in itertools.product(tiles, (1, 2), ("channels_outer", "pixels_outer"))]
     g, ov = conv_graph(SEED, **case, schedules=scheds)
     x = _x(SEED, g)
-    golden = tinyc.reference.run_graph(g, {"x": x})
-    _write(g, ov, tmp_path)
-    got, pure = _gcc_run(tmp_path, g, x, flags)
-    _assert_exact(got, golden, scheds, " ".join(flags))
-    assert not [f for f in pure if f.startswith("layer")], f"gcc found layer functions pure/const: {pure}"
+    _build_run_check(tmp_path, g, ov, x, scheds, flags)
 
 
 @pytest.mark.parametrize("flags", FLAG_SETS)
@@ -173,8 +172,4 @@ def test_qmatmul_same_tile(tmp_path: Path, flags: tuple[str, ...]) -> None:
     scheds = [dict(mac=m, n_tile=t, m_tile=mt) for m in ks["mac"] for t, mt in ((64, 1), (32, 1), (64, 2))]
     g, ov = fc_graph(SEED, (2, 8), 64, schedules=scheds)
     x = np.random.default_rng(7).integers(-128, 128, (2, 8)).astype(np.int8)
-    golden = tinyc.reference.run_graph(g, {"x": x})
-    _write(g, ov, tmp_path)
-    got, pure = _gcc_run(tmp_path, g, x, flags)
-    _assert_exact(got, golden, scheds, " ".join(flags))
-    assert not [f for f in pure if f.startswith("layer")], f"gcc found layer functions pure/const: {pure}"
+    _build_run_check(tmp_path, g, ov, x, scheds, flags)
