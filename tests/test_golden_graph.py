@@ -47,3 +47,20 @@ def test_foreign_pickle_is_refused_not_run(tmp_path, content, monkeypatch):
     with pytest.raises(UsageError, match="not a golden graph written by tinyc"):
         _load_golden(tmp_path)
     assert not (tmp_path / "INJECTED_BY_PICKLE").exists()
+
+
+def test_mutated_golden_graph_loads_or_is_refused(tmp_path):
+    """Byte-level mutations of a real golden graph: each loads as a Graph or is refused in one line."""
+    from tests.mutators import mutate_bytes
+    from tinyc.ir import Graph
+    save_golden_graph(tmp_path, tinyc.load(str(DIGITS)), str(DIGITS))
+    good = (tmp_path / GOLDEN_GRAPH).read_bytes()
+    for seed in range(60):
+        bad, what = mutate_bytes(good, 9000 + seed)
+        (tmp_path / GOLDEN_GRAPH).write_bytes(bad)
+        try:
+            graph, _ = _load_golden(tmp_path)
+        except UsageError as exc:
+            assert "\n" not in str(exc), (seed, what)
+        else:
+            assert isinstance(graph, Graph), (seed, what)
