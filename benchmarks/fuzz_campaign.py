@@ -212,17 +212,17 @@ def save_reproducer(findings: str, case: dict, data: bytes, result: dict) -> str
             x_hint = str(folder / f"{case['id']}_x.npz")
         except Exception:
             pass
-    project = {"run": f"tinyc compile {digits} -o /tmp/d --build && tinyc run /tmp/d --input {path}",
-               "validate": f"tinyc compile {digits} -o /tmp/fw --board mps2-an386 --build && "
-                           f"tinyc validate /tmp/fw --data {path}",
-               "profile": f"tinyc compile {digits} -o /tmp/fw --board mps2-an386 --build && "
-                          f"tinyc profile /tmp/fw --input {path}",
-               "quantize": f"tinyc quantize {digits} --calib {path} -o /tmp/q.onnx"}
-    how = {"model": f"tinyc compile {path} -o /tmp/out --build && tinyc run /tmp/out --input {x_hint} "
+    project = {"run": f"tinyc compile {digits} -o out/d --build && tinyc run out/d --input {path}",
+               "validate": f"tinyc compile {digits} -o out/fw --board mps2-an386 --build && "
+                           f"tinyc validate out/fw --data {path}",
+               "profile": f"tinyc compile {digits} -o out/fw --board mps2-an386 --build && "
+                          f"tinyc profile out/fw --input {path}",
+               "quantize": f"tinyc quantize {digits} --calib {path} -o out/q.onnx"}
+    how = {"model": f"tinyc compile {path} -o out/m --build && tinyc run out/m --input {x_hint} "
                     f"(compare with onnxruntime, graph optimisations off)",
            "data": project.get(case.get("cmd", ""), ""),
-           "board": f"tinyc compile {digits} -o /tmp/out --board fuzzboard --board-dir {path.parent} --build",
-           "log": f"tinyc compile {digits} -o /tmp/out --tuning-log {path} --build && tinyc run /tmp/out --input X.npz"}[cls]
+           "board": f"tinyc compile {digits} -o out/m --board fuzzboard --board-dir {path.parent} --build",
+           "log": f"tinyc compile {digits} -o out/m --tuning-log {path} --build && tinyc run out/m --input X.npz"}[cls]
     (folder / f"{case['id']}.json").write_text(json.dumps({**{k: v for k, v in result.items()
                                                               if k not in ("reproducer", "feeds")},
                                                            "reproduce": how}, indent=2, default=str) + "\n")
@@ -313,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     p.add_argument("--timeout", type=float, default=180.0, help="seconds per case (default 180)")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "fuzz_campaign.json"))
-    p.add_argument("--findings", default="/tmp/fuzz_findings", help="reproducers of failures go here")
+    p.add_argument("--findings", default=str(REPO / "benchmarks" / "results" / "fuzz_findings"),
+                   help="reproducers of failures go here")
     p.add_argument("--work", default=None, help="scratch folder (default: a temporary one)")
     p.add_argument("--cache", default=str(Path.home() / ".cache" / "tinyc-fuzz-ort"),
                    help="onnxruntime results cache")
