@@ -14,10 +14,9 @@ def schedules_from_log(graph: Graph, log_path: str | os.PathLike, board: str, ta
     """{node name: knobs} for every layer whose task has an "ok" record for `board` in the log.
     Records whose knobs this tinyc cannot apply (an older log, another ISA) are ignored."""
     from tinyc.errors import UsageError
-    from tinyc.tune.log import TuningLog
-    from tinyc.tune.tasks import knobs_problem, task_key
-    if os.path.isdir(log_path):
-        raise UsageError(f"tuning log {log_path} is a directory; give the path of a file")
+    from tinyc.tune.log import TuningLog, check_log_path
+    from tinyc.tune.tasks import drop_unoffered_records, task_key
+    check_log_path(log_path)
     if not os.path.isfile(log_path):
         raise UsageError(f"tuning log {log_path} does not exist")
     log = TuningLog(log_path)
@@ -33,7 +32,7 @@ def schedules_from_log(graph: Graph, log_path: str | os.PathLike, board: str, ta
         key = task_key(node, graph)
         if key not in checked:   # records whose knobs this op does not offer are skipped, with a warning
             checked.add(key)
-            log.drop_invalid_knobs(board, key, lambda k: knobs_problem(k, legal, opdef, target))
+            drop_unoffered_records(log, board, key, node, graph, target)
         best = log.best(board, key)
         if best is None:
             continue

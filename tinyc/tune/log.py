@@ -132,8 +132,7 @@ def _parse_line(raw: bytes) -> Any:
 def _read_log(path: Path) -> bytes:
     """The log file's bytes (b"" when it does not exist); UsageError when `path` cannot be a log."""
     from tinyc.errors import UsageError
-    if path.is_dir():
-        raise UsageError(f"tuning log {path} is a directory; give the path of a file (e.g. {path / 'tune.jsonl'})")
+    check_log_path(path)
     try:
         return path.read_bytes()
     except FileNotFoundError:

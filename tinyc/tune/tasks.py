@@ -106,6 +106,14 @@ def _same_value(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+def drop_unoffered_records(log: Any, board: str, key: str, node: Node, graph: Graph, target: str) -> None:
+    """Forget (with a warning naming the line) the log's records of task `key` on `board` whose
+    knobs `node`'s op does not offer: the one check `tinyc tune` and `compile --tuning-log` make."""
+    opdef = get_op(node.op)
+    legal = opdef.knobs(node, graph)
+    log.drop_invalid_knobs(board, key, lambda knobs: knobs_problem(knobs, legal, opdef, target))
+
+
 def knobs_problem(knobs: Mapping[str, Any], legal: Mapping[str, list[Any]], opdef: Any = None,
                   target: str | None = None) -> str | None:
     """Why `knobs` (from a tuning log: outside input) is not a schedule the op offers, or None.

@@ -158,10 +158,9 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
     from tinyc.schedule import board_target, default_schedules
     from tinyc.targets.boards import load_board
     from tinyc.tune.cost_model import CostModel
-    from tinyc.ops import get_op
     from tinyc.tune.log import TuningLog, check_log_path, knobs_id
     from tinyc.tune.measure import make_measurer
-    from tinyc.tune.tasks import knobs_problem
+    from tinyc.tune.tasks import drop_unoffered_records
     from tinyc.tune.task_scheduler import allocate, next_task
 
     if search not in SEARCHES:
@@ -216,10 +215,7 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
     bfeat = board_features(board_def, target, board_name)
     nodes = {n.name: n for n in graph.nodes}
     for t in tasks:   # a log is outside input: records whose knobs the op does not offer are skipped
-        node = nodes[t.nodes[0]]
-        opdef = get_op(node.op)
-        legal = opdef.knobs(node, graph)
-        tlog.drop_invalid_knobs(board_name, t.key, lambda k: knobs_problem(k, legal, opdef, target))
+        drop_unoffered_records(tlog, board_name, t.key, nodes[t.nodes[0]], graph, target)
     rng = np.random.default_rng(seed)
     model_ = CostModel(seed=seed)
     by_key = {t.key: t for t in tasks}
