@@ -1,8 +1,30 @@
 """tinyc: compile ONNX models to static, allocation-free C for microcontrollers and desktops."""
+
 __version__ = "0.1.0"
 
-from tinyc.api import (build_project, compile, devices, flash, inspect, load, profile,  # noqa: E402  (API needs __version__)
-                       run, run_on_board, validate)
+from tinyc.api import (
+    build_project,
+    compile,
+    devices,
+    flash,
+    inspect,
+    load,
+    profile,  # noqa: E402  (API needs __version__)
+    run,
+    run_on_board,
+    validate,
+)
 
-__all__ = ["__version__", "build_project", "compile", "devices", "flash", "inspect", "load", "profile", "run",
-           "run_on_board", "validate"]
+__all__ = [
+    "__version__",
+    "build_project",
+    "compile",
+    "devices",
+    "flash",
+    "inspect",
+    "load",
+    "profile",
+    "run",
+    "run_on_board",
+    "validate",
+]

@@ -4,6 +4,7 @@ Every failure a user can cause (bad model, bad flag, missing toolchain) is raise
 ``TinycError`` subclass whose message is meant to be printed as-is; the CLI turns them into
 a one-line message and exit code 2 instead of a traceback.
 """
+
 from __future__ import annotations
 
 import re

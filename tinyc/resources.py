@@ -1,4 +1,5 @@
 """Locate the data folders (templates/, runtime_c/, boards/) in a source checkout or an installed wheel."""
+
 from __future__ import annotations
 
 from pathlib import Path

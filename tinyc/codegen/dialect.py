@@ -1,5 +1,6 @@
 """Target dialects: what differs between plain C, SIMD C and OpenCL C lives here and in
 `templates/dialects/<name>.j2`, never in a kernel template."""
+
 from __future__ import annotations
 
 import math
@@ -11,7 +12,7 @@ import numpy as np
 @dataclass(frozen=True)
 class Dialect:
     name: str
-    macros: str            # template with kernel()/parallel_for()/... macros
+    macros: str  # template with kernel()/parallel_for()/... macros
     float_suffix: str = "f"
 
 
@@ -36,10 +37,10 @@ def c_float(value: float) -> str:
 def c_int(value: int, ctype: str = "int32_t") -> str:
     v = int(value)
     if ctype in ("int64_t",):
-        return f"INT64_C({v})" if v != -(2 ** 63) else "INT64_MIN"
+        return f"INT64_C({v})" if v != -(2**63) else "INT64_MIN"
     if ctype in ("uint64_t",):
         return f"UINT64_C({v})"
-    if ctype == "int32_t" and v == -(2 ** 31):
+    if ctype == "int32_t" and v == -(2**31):
         return "INT32_MIN"
     if ctype in ("uint32_t",):
         return f"{v}u"

@@ -4,6 +4,7 @@ Output files per model: `<prefix>.h` (API, I/O shapes, arena size), `<prefix>.c`
 run function over one static arena), `<prefix>_weights.c/.h` (aligned const arrays).
 Deterministic: the same graph and plan always give byte-identical text.
 """
+
 from __future__ import annotations
 
 import functools
@@ -12,7 +13,8 @@ import html
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import jinja2
 import numpy as np
@@ -28,21 +30,27 @@ from tinyc.resources import runtime_dir, templates_dir
 
 
 #: C keywords (C99, C11, C23) and the C23 spellings of old macros: never a generated identifier.
-C_KEYWORDS = frozenset((
-    "auto break case char const continue default do double else enum extern float for goto if inline int long "
-    "register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while "
-    "_Bool _Complex _Imaginary _Alignas _Alignof _Atomic _Generic _Noreturn _Static_assert _Thread_local _BitInt "
-    "_Decimal32 _Decimal64 _Decimal128 alignas alignof bool constexpr false nullptr static_assert thread_local true "
-    "typeof typeof_unqual asm fortran").split())
+C_KEYWORDS = frozenset(
+    (
+        "auto break case char const continue default do double else enum extern float for goto if inline int long "
+        "register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while "
+        "_Bool _Complex _Imaginary _Alignas _Alignof _Atomic _Generic _Noreturn _Static_assert _Thread_local _BitInt "
+        "_Decimal32 _Decimal64 _Decimal128 alignas alignof bool constexpr false nullptr static_assert thread_local true "
+        "typeof typeof_unqual asm fortran"
+    ).split()
+)
 
 #: Longest identifier body made from a model-given name (C99 guarantees 63 significant characters).
 MAX_IDENT = 40
 #: Longest C prefix (every exported symbol, macro, file and CMake target starts with it).
 MAX_PREFIX = 32
 #: CMake's reserved target names (the prefix names the library target).
-_CMAKE_RESERVED = frozenset((
-    "all all_build clean depend edit_cache help install install_local install_strip list_install_components "
-    "package package_source preinstall rebuild_cache run_tests zero_check").split())
+_CMAKE_RESERVED = frozenset(
+    (
+        "all all_build clean depend edit_cache help install install_local install_strip list_install_components "
+        "package package_source preinstall rebuild_cache run_tests zero_check"
+    ).split()
+)
 
 
 def _short_hash(text: str) -> str:
@@ -59,7 +67,7 @@ def c_identifier(text: str, fallback: str = "model", max_len: int = MAX_IDENT) -
     if ident[0].isdigit() or ident in C_KEYWORDS:
         ident = f"m_{ident}"
     if len(ident) > max_len:
-        ident = ident[:max_len - 9].rstrip("_") + "_" + _short_hash(text)
+        ident = ident[: max_len - 9].rstrip("_") + "_" + _short_hash(text)
     return ident
 
 
@@ -82,7 +90,7 @@ def c_prefix(text: str) -> str:
     if prefix.startswith("tinyc") or prefix in _reserved_prefixes():
         prefix = f"m_{prefix}"
         if len(prefix) > MAX_PREFIX:
-            prefix = prefix[:MAX_PREFIX - 9].rstrip("_") + "_" + _short_hash(str(text))
+            prefix = prefix[: MAX_PREFIX - 9].rstrip("_") + "_" + _short_hash(str(text))
     return prefix
 
 
@@ -123,6 +131,7 @@ def c_comment(text: Any, limit: int = COMMENT_LIMIT) -> str:
     CMake or make: printable ASCII only (a backslash doubled, any other character as \\uXXXX or
     \\UXXXXXXXX, so no newline), at most `limit` characters (then "..."), and no `*/`, `/*` or `??`
     (a trigraph) left: a space breaks each up. Place it between separators (spaces, quotes)."""
+
     def pieces() -> Any:
         for ch in str(text):
             if ch == "\\":
@@ -131,6 +140,7 @@ def c_comment(text: Any, limit: int = COMMENT_LIMIT) -> str:
                 yield ch
             else:
                 yield _escape_char(ch)
+
     s = _bounded(pieces(), limit)
     while "*/" in s or "/*" in s or "??" in s:
         s = s.replace("*/", "* /").replace("/*", "/ *").replace("??", "? ?")
@@ -147,7 +157,7 @@ def c_string_literal(text: str, limit: int = STRING_LIMIT) -> str:
     is cut at a character boundary and ends in "..."."""
     raw = str(text).encode("utf-8", "replace")
     if len(raw) > limit:
-        raw = raw[:max(0, limit - 3)].decode("utf-8", "ignore").encode("utf-8") + b"..."
+        raw = raw[: max(0, limit - 3)].decode("utf-8", "ignore").encode("utf-8") + b"..."
     out = []
     for b in raw:
         ch = chr(b)
@@ -172,6 +182,7 @@ def md_text(text: Any, limit: int = TEXT_LIMIT) -> str:
     """Untrusted text for one line of Markdown (a heading, a table cell): unprintable characters as
     \\uXXXX, `<`, `>`, `&` as entities (no HTML), and Markdown's `\\ ` * [ ] | ~ $` backslash-escaped
     (no links, images, code spans or table cells); at most `limit` characters (then "...")."""
+
     def pieces() -> Any:
         for ch in str(text):
             if _unprintable(ch):
@@ -182,6 +193,7 @@ def md_text(text: Any, limit: int = TEXT_LIMIT) -> str:
                 yield "\\" + ch
             else:
                 yield ch
+
     return _bounded(pieces(), limit)
 
 
@@ -251,7 +263,7 @@ class KernelParam:
     restrict: bool
     arg: str  # C expression at the call site
     base: str = "arena"  # where a dialect without C symbols finds it: "arena" or "weights" (packed) ...
-    offset: int = 0      # ... at this byte offset
+    offset: int = 0  # ... at this byte offset
 
 
 @dataclass
@@ -261,8 +273,8 @@ class Layer:
     fn: str
     code: str
     params: list[KernelParam]
-    comment: str             # C comment text (escaped: tinyc.codegen.emitter.c_comment)
-    name_literal: str = ""   # the ONNX node name as C string-literal content
+    comment: str  # C comment text (escaped: tinyc.codegen.emitter.c_comment)
+    name_literal: str = ""  # the ONNX node name as C string-literal content
 
 
 @dataclass
@@ -276,7 +288,7 @@ class GeneratedModel:
     weights: list[dict[str, Any]] = field(default_factory=list)  # sym, tensor, packed offset, bytes
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _env() -> jinja2.Environment:
     """One environment per process: Jinja caches compiled templates in it (20x faster codegen)."""
     env = jinja2.Environment(
@@ -319,7 +331,7 @@ def _weight_literals(data: np.ndarray, ct: str) -> str:
         items = [c_int(int(v), ct) for v in flat]
     lines = []
     for i in range(0, len(items), 8):
-        lines.append("    " + ", ".join(items[i:i + 8]))
+        lines.append("    " + ", ".join(items[i : i + 8]))
     return ",\n".join(lines)
 
 
@@ -328,8 +340,9 @@ def _weight_literals(data: np.ndarray, ct: str) -> str:
 WEIGHT_ALIGN = 64
 
 
-def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str, Any]],
-               prefix: str, dialect: Dialect = C99) -> GeneratedModel:
+def generate_c(
+    graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str, Any]], prefix: str, dialect: Dialect = C99
+) -> GeneratedModel:
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", prefix):
         raise ValueError(f"C prefix {prefix!r} is not an identifier (tinyc.codegen.emitter.c_prefix makes one)")
     env = _env()
@@ -344,9 +357,18 @@ def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str
             weight_syms[name] = sym
             ct = ctype(t.dtype)
             data = t.data if t.data is not None else np.zeros(t.shape, t.dtype)
-            weights.append({"sym": sym, "ctype": ct, "count": max(1, t.size), "tensor": name,
-                            "shape": t.shape, "literals": _weight_literals(data if t.size else np.zeros(1, data.dtype), ct),
-                            "bytes": t.nbytes, "offset": packed[0]})
+            weights.append(
+                {
+                    "sym": sym,
+                    "ctype": ct,
+                    "count": max(1, t.size),
+                    "tensor": name,
+                    "shape": t.shape,
+                    "literals": _weight_literals(data if t.size else np.zeros(1, data.dtype), ct),
+                    "bytes": t.nbytes,
+                    "offset": packed[0],
+                }
+            )
             packed[0] += -(-max(1, t.nbytes) // WEIGHT_ALIGN) * WEIGHT_ALIGN
         return weight_syms[name]
 
@@ -388,8 +410,7 @@ def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str
             t = graph.tensor(name)
             pname = f"in{i}"
             ins.append(TensorView(name, t.shape, t.dtype, ctype(t.dtype), pname, t.is_constant, t.data))
-            shared = (not t.is_constant) and any(_overlap(arena_range(name), arena_range(o))
-                                                 for o in node.outputs if o)
+            shared = (not t.is_constant) and any(_overlap(arena_range(name), arena_range(o)) for o in node.outputs if o)
             params.append(KernelParam(pname, ctype(t.dtype), True, not shared, pointer(name, False), *place(name)))
         for j, name in enumerate(node.outputs):
             if not name:
@@ -402,23 +423,44 @@ def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str
             params.append(KernelParam(pname, ctype(t.dtype), False, not shared, pointer(name, True), *place(name)))
         scratch = layout.scratch.get(node.name)
         if scratch is not None:
-            params.append(KernelParam("scratch", "uint8_t", False, True, f"(arena + {layout.offsets[scratch]})",
-                                      "arena", layout.offsets[scratch]))
+            params.append(
+                KernelParam(
+                    "scratch",
+                    "uint8_t",
+                    False,
+                    True,
+                    f"(arena + {layout.offsets[scratch]})",
+                    "arena",
+                    layout.offsets[scratch],
+                )
+            )
         fn = f"layer{idx}_{c_identifier(node.op).lower()}"
-        ctx = dict(fn=fn, node=node, attrs=node.attrs, schedule=sched, ins=ins, outs=outs,
-                   params=params, act=activation_expr(node), dialect_macros=dialect.macros,
-                   has_scratch=scratch is not None, prefix=prefix)
+        ctx = dict(
+            fn=fn,
+            node=node,
+            attrs=node.attrs,
+            schedule=sched,
+            ins=ins,
+            outs=outs,
+            params=params,
+            act=activation_expr(node),
+            dialect_macros=dialect.macros,
+            has_scratch=scratch is not None,
+            prefix=prefix,
+        )
         ctx.update(opdef.kernel_context(node, graph, sched))
         try:
             code = env.get_template(f"kernels/{opdef.template}").render(**ctx)
         except jinja2.TemplateError as exc:
-            raise UnsupportedError(f"node '{node.source or node.name}' ({node.op}): kernel template "
-                                   f"{opdef.template} failed: {exc}") from exc
+            raise UnsupportedError(
+                f"node '{node.source or node.name}' ({node.op}): kernel template {opdef.template} failed: {exc}"
+            ) from exc
         shapes = ", ".join("x".join(map(str, graph.tensor(o).shape)) or "scalar" for o in node.outputs if o)
         src = node.source or node.name
         # model-given text (the node name; knob values may come from a tuning log) is escaped
         comment = f"layer {idx}: {c_comment(node.op)} '{c_comment(src)}' -> {shapes}" + (
-            f" schedule {c_comment(sched, 400)}" if sched else "")
+            f" schedule {c_comment(sched, 400)}" if sched else ""
+        )
         layers.append(Layer(idx, node, fn, code.rstrip() + "\n", params, comment, c_string_literal(src)))
 
     used: set[str] = set()
@@ -429,27 +471,51 @@ def generate_c(graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str
             o["src"] = weight(o["tensor"])
 
     guard = f"TINYC_MODEL_{prefix.upper()}_H"  # never clashes with the runtime headers (TINYC_RT_H, TINYC_Q_H)
-    common = dict(prefix=prefix, version=__version__, model=graph.name, arena_bytes=layout.arena_bytes,
-                  inputs=io_inputs, outputs=io_outputs, layers=layers, weights=weights, guard=guard,
-                  nlayers=len(layers))
+    common = dict(
+        prefix=prefix,
+        version=__version__,
+        model=graph.name,
+        arena_bytes=layout.arena_bytes,
+        inputs=io_inputs,
+        outputs=io_outputs,
+        layers=layers,
+        weights=weights,
+        guard=guard,
+        nlayers=len(layers),
+    )
     files = {
         f"{prefix}.h": env.get_template("model.h.j2").render(**common),
         f"{prefix}.c": env.get_template("model.c.j2").render(**common),
         f"{prefix}_weights.h": env.get_template("weights.h.j2").render(**common),
         f"{prefix}_weights.c": env.get_template("weights.c.j2").render(**common),
     }
-    return GeneratedModel(prefix, files, layers, sum(w["bytes"] for w in weights), io_inputs, io_outputs,
-                          [{k: w[k] for k in ("sym", "tensor", "offset", "bytes")} for w in weights])
+    return GeneratedModel(
+        prefix,
+        files,
+        layers,
+        sum(w["bytes"] for w in weights),
+        io_inputs,
+        io_outputs,
+        [{k: w[k] for k in ("sym", "tensor", "offset", "bytes")} for w in weights],
+    )
 
 
-def _io_view(graph: Graph, public: str, name: str, kind: str, k: int, layout: MemoryLayout,
-             used: set[str]) -> dict[str, Any]:
+def _io_view(
+    graph: Graph, public: str, name: str, kind: str, k: int, layout: MemoryLayout, used: set[str]
+) -> dict[str, Any]:
     t: Tensor = graph.tensor(name)
     ident = f"{kind}_{c_identifier(public, f'{kind}{k}')}"
     while ident.lower() in used:  # case-blind: the header's macros spell it in upper case
         ident += "_"
     used.add(ident.lower())
-    return {"tensor": public, "ident": ident, "ctype": ctype(t.dtype), "shape": t.shape,
-            "count": t.size, "bytes": t.nbytes, "const": t.is_constant,
-            "offset": None if t.is_constant else layout.offsets[layout.buffer_of(name)],
-            "layout": graph.io_layout.get(public, "")}
+    return {
+        "tensor": public,
+        "ident": ident,
+        "ctype": ctype(t.dtype),
+        "shape": t.shape,
+        "count": t.size,
+        "bytes": t.nbytes,
+        "const": t.is_constant,
+        "offset": None if t.is_constant else layout.offsets[layout.buffer_of(name)],
+        "layout": graph.io_layout.get(public, ""),
+    }

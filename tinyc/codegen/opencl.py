@@ -8,6 +8,7 @@ device buffer (`__global`), a table (`__constant`) or work-item memory (`__priva
 it is initialised with; the prelude supplies C99's names (stdint types, `expf`, ...) and the
 runtime's integer arithmetic (tinyc_q.h, compiled unchanged) so kernels need no edit.
 """
+
 from __future__ import annotations
 
 import re
@@ -19,8 +20,10 @@ from tinyc.resources import runtime_dir
 #: and that only by the kernels of the few ops that accumulate in double).
 CL_STD = "CL1.2"
 
-_TYPE = (r"(?:unsigned\s+)?(?:float|double|char|uchar|short|ushort|int|uint|long|ulong|bool|"
-         r"u?int(?:8|16|32|64)_t|tinyc_[a-z0-9_]+_t)")
+_TYPE = (
+    r"(?:unsigned\s+)?(?:float|double|char|uchar|short|ushort|int|uint|long|ulong|bool|"
+    r"u?int(?:8|16|32|64)_t|tinyc_[a-z0-9_]+_t)"
+)
 # `static const T name[...] = {` (a table) and `static const T name = {` (a constant struct)
 _STATIC_TABLE = re.compile(rf"\bstatic\s+const\s+({_TYPE})\s+([A-Za-z_]\w*)\s*\[")
 _STATIC_SCALAR = re.compile(rf"\bstatic\s+const\s+({_TYPE})\s+([A-Za-z_]\w*)\s*=")
@@ -29,7 +32,9 @@ _PRIVATE_ARRAY = re.compile(rf"^\s*({_TYPE})\s+([A-Za-z_]\w*)\s*\[", re.M)
 # a pointer declaration `[const] T *[const] [restrict] name` followed by `=`, `;` or `[`
 _POINTER_DECL = re.compile(
     rf"(?P<lead>^\s*|\(\s*|for\s*\(\s*)(?P<decl>(?:const\s+)?{_TYPE}\s*\*\s*(?:const\s+)?(?:restrict\s+|TINYC_RESTRICT\s+)?"
-    rf"(?P<name>[A-Za-z_]\w*))(?P<after>\s*(?:=|;|\[))(?P<init>[^;]*)", re.M)
+    rf"(?P<name>[A-Za-z_]\w*))(?P<after>\s*(?:=|;|\[))(?P<init>[^;]*)",
+    re.M,
+)
 # a pointer cast `(const T *)` or `(T *)` (or `*const`)
 _POINTER_CAST = re.compile(rf"\((?P<ty>(?:const\s+)?{_TYPE}\s*\*\s*(?:const\s*)?)\)")
 _PARALLEL = re.compile(r"/\* tinyc:parallel_for (\S+) \*/")
@@ -76,8 +81,12 @@ def address_spaces(code: str) -> str:
 
     lines = []
     for line in code.split("\n"):
-        if "__global" in line or "__constant" in line or "__local" in line or \
-                line.lstrip().startswith(("/*", "*", "//")):
+        if (
+            "__global" in line
+            or "__constant" in line
+            or "__local" in line
+            or line.lstrip().startswith(("/*", "*", "//"))
+        ):
             lines.append(line)
             continue
         line = _POINTER_DECL.sub(decl, line)
@@ -103,7 +112,8 @@ def local_bytes(code: str) -> int:
     return max((int(v) for v in found), default=0)
 
 
-PRELUDE = r"""/* tinyc OpenCL C 1.2 prelude: C99's names for the kernels rendered from the C templates. */
+PRELUDE = (
+    r"""/* tinyc OpenCL C 1.2 prelude: C99's names for the kernels rendered from the C templates. */
 #ifdef cl_khr_fp64
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #endif
@@ -137,16 +147,53 @@ typedef ulong uint64_t;
 #define TINYC_INLINE static inline
 #define TINYC_Q_TABLE __global
 #define TINYC_OK 0
-""" + "".join(f"#define {f}f {f}\n" for f in (
-    "exp", "expm1", "log", "log1p", "sqrt", "fabs", "tanh", "pow", "erf", "tan", "sinh", "sin",
-    "cos", "cosh", "rint", "floor", "ceil", "atanh", "atan", "asinh", "asin", "acosh", "acos",
-    "fmod", "fmin", "fmax", "round", "trunc", "nearbyint", "copysign", "log2", "exp2", "log10")) + r"""
+"""
+    + "".join(
+        f"#define {f}f {f}\n"
+        for f in (
+            "exp",
+            "expm1",
+            "log",
+            "log1p",
+            "sqrt",
+            "fabs",
+            "tanh",
+            "pow",
+            "erf",
+            "tan",
+            "sinh",
+            "sin",
+            "cos",
+            "cosh",
+            "rint",
+            "floor",
+            "ceil",
+            "atanh",
+            "atan",
+            "asinh",
+            "asin",
+            "acosh",
+            "acos",
+            "fmod",
+            "fmin",
+            "fmax",
+            "round",
+            "trunc",
+            "nearbyint",
+            "copysign",
+            "log2",
+            "exp2",
+            "log10",
+        )
+    )
+    + r"""
 /* NaN in either argument gives NaN (IEEE/ONNX, as runtime_c/include/tinyc_rt.h) */
 TINYC_INLINE float tinyc_minf(float a, float b) { return (a < b || a != a) ? a : b; }
 TINYC_INLINE float tinyc_maxf(float a, float b) { return (a > b || a != a) ? a : b; }
 TINYC_INLINE int32_t tinyc_mini(int32_t a, int32_t b) { return a < b ? a : b; }
 TINYC_INLINE int32_t tinyc_maxi(int32_t a, int32_t b) { return a > b ? a : b; }
 """
+)
 
 
 def runtime_header(name: str) -> str:
@@ -163,7 +210,7 @@ class Kernel:
     fn: str
     name: str
     global_size: int
-    local_size: int   # 0: the driver chooses
+    local_size: int  # 0: the driver chooses
 
 
 def kernel_code(code: str) -> str:
@@ -175,8 +222,12 @@ def kernel_code(code: str) -> str:
 
 def program_source(prefix: str, model: str, version: str, layer_codes: list[tuple[str, str]]) -> str:
     """The whole OpenCL program: prelude, tinyc_q.h, then one kernel per layer (comment, code)."""
-    parts = [f"/*\n * {prefix}.cl - generated by tinyc {version} from model '{model}'. Do not edit.\n"
-             f" * {len(layer_codes)} kernels, OpenCL C 1.2.\n */\n", PRELUDE, runtime_header("tinyc_q.h")]
+    parts = [
+        f"/*\n * {prefix}.cl - generated by tinyc {version} from model '{model}'. Do not edit.\n"
+        f" * {len(layer_codes)} kernels, OpenCL C 1.2.\n */\n",
+        PRELUDE,
+        runtime_header("tinyc_q.h"),
+    ]
     for comment, code in layer_codes:
         parts.append(f"/* {comment} */\n{kernel_code(code)}")
     return "\n".join(parts)

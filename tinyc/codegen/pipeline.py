@@ -1,4 +1,5 @@
 """From an optimised graph to files: schedules, memory plan (checked), C sources, manifest, report."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,8 +24,9 @@ class GeneratedProject:
     blobs: dict[str, bytes] = field(default_factory=dict)  # binary files (the OpenCL weights)
 
 
-def generate(graph: Graph, prefix: str | None = None, target: str = "host",
-             schedules: dict[str, dict[str, Any]] | None = None) -> GeneratedProject:
+def generate(
+    graph: Graph, prefix: str | None = None, target: str = "host", schedules: dict[str, dict[str, Any]] | None = None
+) -> GeneratedProject:
     # names in the model (and --name) are untrusted text: the prefix is tinyc's own identifier
     prefix = c_prefix(prefix or graph.name)
     schedules = schedules if schedules is not None else default_schedules(graph, target)
@@ -33,7 +35,9 @@ def generate(graph: Graph, prefix: str | None = None, target: str = "host",
     gen = generate_c(graph, layout, schedules, prefix, OPENCL if target == "opencl" else C99)
     render = _render_context(graph, gen, prefix)
     manifest = {
-        "prefix": prefix, "model": graph.name, "target": target,
+        "prefix": prefix,
+        "model": graph.name,
+        "target": target,
         "inputs": [_io_spec(graph, n, n) for n in graph.inputs],
         "outputs": [_io_spec(graph, pub, n) for pub, n in graph.public_outputs()],
         "render": render,
@@ -41,6 +45,7 @@ def generate(graph: Graph, prefix: str | None = None, target: str = "host",
     report = build_report(graph, layout, gen, schedules, prefix)
     if target == "opencl":
         from tinyc.codegen.opencl_project import opencl_files
+
         files, blobs, extra = opencl_files(graph, gen, layout, schedules, prefix)
         manifest.update(extra)
         return GeneratedProject(files, manifest, report, layout, schedules, blobs)
@@ -50,8 +55,12 @@ def generate(graph: Graph, prefix: str | None = None, target: str = "host",
 def _io_spec(graph: Graph, public: str, internal: str) -> dict[str, Any]:
     """One model input/output as the runners see it; an int8 one carries its grid (quantize.io)."""
     t = graph.tensor(internal)
-    spec: dict[str, Any] = {"name": public, "shape": list(t.shape), "dtype": t.dtype,
-                            "layout": graph.io_layout.get(public, "")}
+    spec: dict[str, Any] = {
+        "name": public,
+        "shape": list(t.shape),
+        "dtype": t.dtype,
+        "layout": graph.io_layout.get(public, ""),
+    }
     grid = io_quant(t)
     if grid is not None:
         spec["quant"] = grid
@@ -60,28 +69,40 @@ def _io_spec(graph: Graph, public: str, internal: str) -> dict[str, Any]:
 
 def _render_context(graph: Graph, gen: Any, prefix: str) -> dict[str, Any]:
     keep = ("ident", "ctype", "count")
-    return {"prefix": prefix, "model": graph.name,
-            "inputs": [{k: v[k] for k in keep} for v in gen.inputs],
-            "outputs": [{k: v[k] for k in keep} for v in gen.outputs]}
+    return {
+        "prefix": prefix,
+        "model": graph.name,
+        "inputs": [{k: v[k] for k in keep} for v in gen.inputs],
+        "outputs": [{k: v[k] for k in keep} for v in gen.outputs],
+    }
 
 
-def build_report(graph: Graph, layout: MemoryLayout, gen: Any, schedules: dict[str, dict[str, Any]],
-                 prefix: str) -> dict[str, Any]:
+def build_report(
+    graph: Graph, layout: MemoryLayout, gen: Any, schedules: dict[str, dict[str, Any]], prefix: str
+) -> dict[str, Any]:
     layers = []
     code_index = {layer.node.name: layer.index for layer in gen.layers}
     for node in graph.nodes:
         opdef = get_op(node.op)
         out = node.outputs[0]
-        layers.append({
-            "name": node.source or node.name, "op": node.op, "kernel": code_index.get(node.name),
-            "output_shape": list(graph.tensor(out).shape), "macs": opdef.macs(node, graph),
-            "params": opdef.params(node, graph),
-            "arena_offset": layout.offset_of(out), "arena_size": graph.tensor(out).nbytes,
-            "alias": opdef.alias, "schedule": schedules.get(node.name, {}),
-            "scratch_bytes": opdef.scratch_bytes(node, graph, schedules.get(node.name, {})),
-        })
+        layers.append(
+            {
+                "name": node.source or node.name,
+                "op": node.op,
+                "kernel": code_index.get(node.name),
+                "output_shape": list(graph.tensor(out).shape),
+                "macs": opdef.macs(node, graph),
+                "params": opdef.params(node, graph),
+                "arena_offset": layout.offset_of(out),
+                "arena_size": graph.tensor(out).nbytes,
+                "alias": opdef.alias,
+                "schedule": schedules.get(node.name, {}),
+                "scratch_bytes": opdef.scratch_bytes(node, graph, schedules.get(node.name, {})),
+            }
+        )
     return {
-        "model": graph.name, "prefix": prefix,
+        "model": graph.name,
+        "prefix": prefix,
         "macs": sum(layer["macs"] for layer in layers),
         "params": sum(t.size for t in graph.tensors.values() if t.is_constant),
         "weights_bytes": gen.weights_bytes,

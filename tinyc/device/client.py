@@ -6,6 +6,7 @@ poll interval) whatever the device does: stay silent, send garbage, or die. A re
 the request's sequence number, so the firmware answers it from its cache of the last reply
 instead of running it twice.
 """
+
 from __future__ import annotations
 
 import random
@@ -42,8 +43,14 @@ class HarnessClient:
 
     `port_name` names the device in error messages (defaults to the link's URL)."""
 
-    def __init__(self, link: Link, port_name: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 retries: int = DEFAULT_RETRIES, run_timeout: float = DEFAULT_RUN_TIMEOUT) -> None:
+    def __init__(
+        self,
+        link: Link,
+        port_name: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        run_timeout: float = DEFAULT_RUN_TIMEOUT,
+    ) -> None:
         if timeout <= 0 or retries < 0:
             raise UsageError(f"timeout must be > 0 and retries >= 0 (got {timeout}, {retries})")
         self.link = link
@@ -53,8 +60,8 @@ class HarnessClient:
         self.run_timeout = run_timeout
         self.info: dict | None = None
         self.max_payload = P.DEFAULT_MAX_PAYLOAD
-        self.retries_used = 0      # resends over the client's life (tests and diagnostics)
-        self.stale_replies = 0     # well-formed replies to an earlier request, skipped
+        self.retries_used = 0  # resends over the client's life (tests and diagnostics)
+        self.stale_replies = 0  # well-formed replies to an earlier request, skipped
         # A random start makes a reply cached by an earlier session unlikely to match.
         self._seq = random.randrange(256)
         self._decoder = P.FrameDecoder(max_frame=2 * (P.HEADER_BYTES + 4096 + P.CRC_BYTES))
@@ -68,12 +75,19 @@ class HarnessClient:
         reply = self._transact(P.Cmd.HELLO, P.hello_request())
         info = self._parse("HELLO", reply.body, P.parse_hello)
         if info["protocol_version"] != P.PROTOCOL_VERSION:
-            raise DeviceError(self._message("HELLO", f"protocol version mismatch: the device speaks "
-                                            f"{info['protocol_version']}, this tinyc speaks {P.PROTOCOL_VERSION}; "
-                                            "rebuild the firmware with this tinyc", reply.payload))
+            raise DeviceError(
+                self._message(
+                    "HELLO",
+                    f"protocol version mismatch: the device speaks "
+                    f"{info['protocol_version']}, this tinyc speaks {P.PROTOCOL_VERSION}; "
+                    "rebuild the firmware with this tinyc",
+                    reply.payload,
+                )
+            )
         if info["max_payload"] < 32:
-            raise DeviceError(self._message("HELLO", f"device reports max_payload {info['max_payload']} (< 32)",
-                                            reply.payload))
+            raise DeviceError(
+                self._message("HELLO", f"device reports max_payload {info['max_payload']} (< 32)", reply.payload)
+            )
         self.info = info
         self.max_payload = info["max_payload"]
         return dict(info)
@@ -83,11 +97,10 @@ class HarnessClient:
         info = self._ensure_hello()
         data = bytes(data)
         if len(data) != info["input_bytes"]:
-            raise UsageError(f"the model on {self.port_name} takes {info['input_bytes']} input bytes, "
-                             f"got {len(data)}")
+            raise UsageError(f"the model on {self.port_name} takes {info['input_bytes']} input bytes, got {len(data)}")
         chunk = self.max_payload - 4
         for offset in range(0, len(data), chunk):
-            self._transact(P.Cmd.WRITE_INPUT, P.write_input_request(offset, data[offset:offset + chunk]))
+            self._transact(P.Cmd.WRITE_INPUT, P.write_input_request(offset, data[offset : offset + chunk]))
 
     def run(self, repeat: int = 1, timeout: float | None = None) -> int:
         """Run the model `repeat` times on the written inputs; the counter's total ticks for
@@ -123,7 +136,9 @@ class HarnessClient:
             raise UsageError(f"output range {offset}+{length} outside the {info['output_bytes']} output bytes")
         reply = self._transact(P.Cmd.OUTPUT_CRC, P.output_crc_request(offset, length))
         if len(reply.body) != 4:
-            raise DeviceError(self._message("OUTPUT_CRC", f"reply of {len(reply.body)} bytes, expected 4", reply.payload))
+            raise DeviceError(
+                self._message("OUTPUT_CRC", f"reply of {len(reply.body)} bytes, expected 4", reply.payload)
+            )
         return int(struct.unpack("<I", reply.body)[0])
 
     def read_output(self, offset: int = 0, length: int | None = None) -> bytes:
@@ -139,8 +154,9 @@ class HarnessClient:
             n = min(chunk, total - len(out))
             reply = self._transact(P.Cmd.READ_OUTPUT, P.read_output_request(offset + len(out), n))
             if len(reply.body) != n:
-                raise DeviceError(self._message("READ_OUTPUT", f"asked for {n} bytes, got {len(reply.body)}",
-                                                reply.payload))
+                raise DeviceError(
+                    self._message("READ_OUTPUT", f"asked for {n} bytes, got {len(reply.body)}", reply.payload)
+                )
             out += reply.body
         return bytes(out)
 
@@ -151,24 +167,28 @@ class HarnessClient:
         reply = self._transact(P.Cmd.PROFILE, b"", timeout or self.run_timeout)
         total, entries = self._parse("PROFILE", reply.body, P.PROFILE_REPLY.unpack_from)
         if entries != info["num_layers"] + 2:
-            raise DeviceError(self._message("PROFILE", f"{entries} entries for {info['num_layers']} layers",
-                                            reply.payload))
+            raise DeviceError(
+                self._message("PROFILE", f"{entries} entries for {info['num_layers']} layers", reply.payload)
+            )
         ticks: list[int] = []
         per = (self.max_payload - 1) // 4
         while len(ticks) < entries:
             n = min(per, entries - len(ticks))
             part = self._transact(P.Cmd.PROFILE_READ, P.profile_read_request(len(ticks), n))
             if len(part.body) != 4 * n:
-                raise DeviceError(self._message("PROFILE_READ", f"asked for {n} entries, got "
-                                                f"{len(part.body)} bytes", part.payload))
+                raise DeviceError(
+                    self._message("PROFILE_READ", f"asked for {n} entries, got {len(part.body)} bytes", part.payload)
+                )
             ticks += struct.unpack(f"<{n}I", part.body)
         return Profile(ticks[1:-1], ticks[0], ticks[-1], int(total))
 
     def layer_names(self) -> list[str]:
         """The name of every layer (its ONNX node), in execution order."""
         info = self._ensure_hello()
-        return [self._transact(P.Cmd.LAYER_NAME, P.layer_name_request(i)).body.decode("utf-8", "replace")
-                for i in range(info["num_layers"])]
+        return [
+            self._transact(P.Cmd.LAYER_NAME, P.layer_name_request(i)).body.decode("utf-8", "replace")
+            for i in range(info["num_layers"])
+        ]
 
     def reset(self) -> None:
         """Clear the firmware's inputs, outputs and profile."""
@@ -221,16 +241,27 @@ class HarnessClient:
             except LinkClosed as exc:
                 if cmd == P.Cmd.EXIT:
                     raise _LinkGone() from None
-                raise DeviceError(self._message(name, f"the link closed: the device stopped, crashed or was "
-                                                f"disconnected ({_reason(exc)})", seen)) from None
+                raise DeviceError(
+                    self._message(
+                        name, f"the link closed: the device stopped, crashed or was disconnected ({_reason(exc)})", seen
+                    )
+                ) from None
             except LinkError as exc:
                 raise DeviceError(self._message(name, _reason(exc), seen)) from None
             if reply.status != P.Status.OK:
-                raise DeviceError(self._message(name, f"device answered error {reply.status}: "
-                                                f"{P.describe_status(reply.status, reply.detail)}", seen))
+                raise DeviceError(
+                    self._message(
+                        name,
+                        f"device answered error {reply.status}: {P.describe_status(reply.status, reply.detail)}",
+                        seen,
+                    )
+                )
             return reply
-        raise DeviceError(self._message(name, f"no valid reply after {self.retries + 1} attempts "
-                                        f"({'; '.join(_dedupe(failures))})", seen))
+        raise DeviceError(
+            self._message(
+                name, f"no valid reply after {self.retries + 1} attempts ({'; '.join(_dedupe(failures))})", seen
+            )
+        )
 
     def _await(self, cmd: P.Cmd, seq: int, deadline: float, seen: _Received, limit: float) -> P.Packet:
         """Read until the reply to (cmd, seq) arrives; _Retry when resending is the remedy.
@@ -262,8 +293,9 @@ class HarnessClient:
                 if pkt.cmd == want and pkt.seq == seq:
                     return pkt
                 if pkt.cmd == P.FRAME_ERROR_CMD:
-                    problem = problem or (f"device could not read the request: "
-                                          f"{P.describe_status(pkt.status, pkt.detail)}")
+                    problem = problem or (
+                        f"device could not read the request: {P.describe_status(pkt.status, pkt.detail)}"
+                    )
                 else:
                     self.stale_replies += 1
             if problem:
@@ -278,8 +310,10 @@ class HarnessClient:
     def _message(self, command: str, reason: str, received: bytes | _Received) -> str:
         if not isinstance(received, _Received):
             received = _Received(bytes(received))
-        return (f"device {self.port_name}: {command} failed: {reason}; received {received.count} bytes: "
-                f"{P.hex_preview(received.head, count=received.count)}")
+        return (
+            f"device {self.port_name}: {command} failed: {reason}; received {received.count} bytes: "
+            f"{P.hex_preview(received.head, count=received.count)}"
+        )
 
 
 class _Received:
@@ -296,7 +330,7 @@ class _Received:
     def add(self, data: bytes) -> None:
         self.count += len(data)
         if len(self.head) < self.KEEP:
-            self.head += data[:self.KEEP - len(self.head)]
+            self.head += data[: self.KEEP - len(self.head)]
 
 
 class _LinkGone(Exception):

@@ -10,6 +10,7 @@ it started and a Ctrl-C in the terminal reaches tinyc, which then cleans up, rat
 On Linux QEMU also gets SIGKILL the moment the tinyc thread that started it dies (prctl
 PR_SET_PDEATHSIG), so a tinyc killed with SIGKILL, which cannot clean up, leaves no emulator behind.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -25,7 +26,8 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from tinyc.errors import DeviceError, UsageError
 
@@ -79,14 +81,16 @@ class DeviceSession:
 
     def wait_exit(self, timeout: float) -> int:
         """The firmware's exit code. Only an emulator can report one."""
-        raise UsageError(f"board {self.board_name} is real hardware: its firmware cannot report an exit "
-                         "code (only emulated boards exit through semihosting)")
+        raise UsageError(
+            f"board {self.board_name} is real hardware: its firmware cannot report an exit "
+            "code (only emulated boards exit through semihosting)"
+        )
 
     def close(self) -> None:
         """Forget the board; a flashed board keeps running its firmware."""
         self._closed = True
 
-    def __enter__(self) -> "DeviceSession":
+    def __enter__(self) -> DeviceSession:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -99,8 +103,7 @@ class DeviceSession:
 class QemuSession(DeviceSession):
     """QEMU running one firmware image; the guest UART is a one-client TCP server on localhost."""
 
-    def __init__(self, board_name: str, url: str, command: Sequence[str], proc: subprocess.Popen,
-                 logfile: Any) -> None:
+    def __init__(self, board_name: str, url: str, command: Sequence[str], proc: subprocess.Popen, logfile: Any) -> None:
         super().__init__(board_name, url, command=command)
         self._proc = proc
         self._logfile = logfile
@@ -130,8 +133,10 @@ class QemuSession(DeviceSession):
         try:
             return self._proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise DeviceError(f"{self.board_name}: the firmware did not exit within {timeout:g} s (QEMU still "
-                              f"running, pid {self._proc.pid}){_log_suffix(self.log)}") from None
+            raise DeviceError(
+                f"{self.board_name}: the firmware did not exit within {timeout:g} s (QEMU still "
+                f"running, pid {self._proc.pid}){_log_suffix(self.log)}"
+            ) from None
 
     def close(self, grace: float = CLOSE_GRACE_S) -> None:
         """Stop QEMU (SIGTERM to its process group, SIGKILL after `grace` seconds), reap it, keep its log."""
@@ -146,8 +151,14 @@ class QemuSession(DeviceSession):
         self._closed = True
 
 
-def start(board: dict[str, Any], image: str | os.PathLike, port: str | None = None, timeout: float = 10.0,
-          *, flash_timeout: float = 180.0) -> DeviceSession:
+def start(
+    board: dict[str, Any],
+    image: str | os.PathLike,
+    port: str | None = None,
+    timeout: float = 10.0,
+    *,
+    flash_timeout: float = 180.0,
+) -> DeviceSession:
     """Start `image` on `board` and return the session to talk to it.
 
     Emulated boards (`[flasher] tool = "qemu"`): QEMU starts with the UART on a free localhost TCP
@@ -167,14 +178,17 @@ def start(board: dict[str, Any], image: str | os.PathLike, port: str | None = No
         raise UsageError(f"board {name}: unknown [flasher] tool '{tool}' (known: {', '.join(TOOLS)})")
     if tool == "qemu":
         if port:
-            raise UsageError(f"--port is for real boards; {name} is emulated by QEMU and tinyc picks a local "
-                             "TCP port itself")
+            raise UsageError(
+                f"--port is for real boards; {name} is emulated by QEMU and tinyc picks a local TCP port itself"
+            )
         return _start_qemu(board, image, timeout)
     if not port:
-        raise UsageError(f"board {name} is real hardware: name the serial port its UART is on with --port "
-                         "(e.g. /dev/ttyACM0, /dev/tty.usbmodem1103 or COM3)")
+        raise UsageError(
+            f"board {name} is real hardware: name the serial port its UART is on with --port "
+            "(e.g. /dev/ttyACM0, /dev/tty.usbmodem1103 or COM3)"
+        )
     if tool == "none":
-        return DeviceSession(name, port, log="(not flashed: [flasher] tool = \"none\")")
+        return DeviceSession(name, port, log='(not flashed: [flasher] tool = "none")')
     cmd = flash_command(board, prepare_image(board, image))
     out = _run_tool(cmd, f"programming {image.name} onto {name}", flash_timeout)
     _wait_for_port(name, port, timeout, out)
@@ -183,6 +197,7 @@ def start(board: dict[str, Any], image: str | os.PathLike, port: str | None = No
 
 # ---------------------------------------------------------------------------------------- QEMU
 
+
 def qemu_command(board: dict[str, Any], image: Path, tcp_port: int) -> list[str]:
     """The QEMU command line for `board`: no network or monitor, semihosting on (the firmware
     exits with a code), `-icount` so that SysTick counts executed instructions deterministically,
@@ -190,12 +205,26 @@ def qemu_command(board: dict[str, Any], image: Path, tcp_port: int) -> list[str]
     emu = board.get("emulator") or {}
     machine = _field(board, "emulator", "machine")
     shift = int(_field(board, "emulator", "icount_shift"))
-    return [str(emu.get("qemu", "qemu-system-arm")), "-M", str(machine), "-nographic", "-nic", "none",
-            "-monitor", "none", "-semihosting-config", "enable=on,target=native",
-            "-icount", f"shift={shift},sleep=off",
-            # nodelay: the guest writes its UART byte by byte; with Nagle on QEMU's socket every reply
-            # waited for the host's delayed ACK (~44 ms a request); without it a request takes < 1 ms
-            "-serial", f"tcp:127.0.0.1:{tcp_port},server=on,wait=on,nodelay=on", "-kernel", str(image)]
+    return [
+        str(emu.get("qemu", "qemu-system-arm")),
+        "-M",
+        str(machine),
+        "-nographic",
+        "-nic",
+        "none",
+        "-monitor",
+        "none",
+        "-semihosting-config",
+        "enable=on,target=native",
+        "-icount",
+        f"shift={shift},sleep=off",
+        # nodelay: the guest writes its UART byte by byte; with Nagle on QEMU's socket every reply
+        # waited for the host's delayed ACK (~44 ms a request); without it a request takes < 1 ms
+        "-serial",
+        f"tcp:127.0.0.1:{tcp_port},server=on,wait=on,nodelay=on",
+        "-kernel",
+        str(image),
+    ]
 
 
 _PR_SET_PDEATHSIG = 1
@@ -229,7 +258,7 @@ def _die_with_parent_hook() -> Any:
     prctl, parent, sigkill = _PRCTL, os.getpid(), int(signal.SIGKILL)
 
     def hook() -> None:
-        prctl(_PR_SET_PDEATHSIG, sigkill, 0, 0, 0)   # a failure only loses the safety net
+        prctl(_PR_SET_PDEATHSIG, sigkill, 0, 0, 0)  # a failure only loses the safety net
         if os.getppid() != parent:
             os._exit(1)
 
@@ -240,14 +269,22 @@ def _start_qemu(board: dict[str, Any], image: Path, timeout: float) -> QemuSessi
     name = str(board.get("name", "?"))
     qemu = str((board.get("emulator") or {}).get("qemu", "qemu-system-arm"))
     if shutil.which(qemu) is None:
-        raise DeviceError(f"{qemu} not found on PATH: board {name} runs in the QEMU emulator; install it "
-                          f"({INSTALL_HINTS.get(qemu, INSTALL_HINTS['qemu-system-arm'])})")
+        raise DeviceError(
+            f"{qemu} not found on PATH: board {name} runs in the QEMU emulator; install it "
+            f"({INSTALL_HINTS.get(qemu, INSTALL_HINTS['qemu-system-arm'])})"
+        )
     for _ in range(_PORT_ATTEMPTS):
         tcp_port = _free_port()
         cmd = qemu_command(board, image, tcp_port)
         logfile = tempfile.TemporaryFile(prefix="tinyc-qemu-")
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logfile, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=_die_with_parent_hook())
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=logfile,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent_hook(),
+        )
         session = QemuSession(name, f"socket://127.0.0.1:{tcp_port}", cmd, proc, logfile)
         try:
             if _wait_listening(session, tcp_port, timeout):
@@ -272,13 +309,17 @@ def _wait_listening(session: QemuSession, tcp_port: int, timeout: float) -> bool
         if session.returncode is not None:
             if "Address already in use" in log:
                 return False
-            raise DeviceError(f"{session.board_name}: QEMU exited at start (status {session.returncode}); "
-                              f"command: {shlex.join(session.command)}{_log_suffix(log)}")
+            raise DeviceError(
+                f"{session.board_name}: QEMU exited at start (status {session.returncode}); "
+                f"command: {shlex.join(session.command)}{_log_suffix(log)}"
+            )
         if _QEMU_LISTENING in log or _listening(tcp_port):
             return True
         if time.monotonic() > deadline:
-            raise DeviceError(f"{session.board_name}: QEMU did not open its UART socket within {timeout:g} s; "
-                              f"command: {shlex.join(session.command)}{_log_suffix(log)}")
+            raise DeviceError(
+                f"{session.board_name}: QEMU did not open its UART socket within {timeout:g} s; "
+                f"command: {shlex.join(session.command)}{_log_suffix(log)}"
+            )
         time.sleep(0.005)
 
 
@@ -333,6 +374,7 @@ def _read_log(logfile: Any) -> str:
 
 # ------------------------------------------------------------------------------ real flashers
 
+
 def prepare_image(board: dict[str, Any], image: Path) -> Path:
     """The file the board's flasher takes (`[flasher] image`): the ELF itself, or a .bin/.hex made
     from it with the toolchain's objcopy next to it. picotool reads ELF files directly, so an ELF is
@@ -355,8 +397,12 @@ def prepare_image(board: dict[str, Any], image: Path) -> Path:
     out = image.with_suffix(f".{want}")
     objcopy = f"{(board.get('toolchain') or {}).get('prefix', '')}objcopy"
     fmt = {"bin": "binary", "hex": "ihex"}[want]
-    _run_tool([objcopy, "-O", fmt, str(image), str(out)], f"converting {image.name} to .{want}", 60.0,
-              hint="it comes with the board's cross toolchain (arm-none-eabi-: apt-get install binutils-arm-none-eabi)")
+    _run_tool(
+        [objcopy, "-O", fmt, str(image), str(out)],
+        f"converting {image.name} to .{want}",
+        60.0,
+        hint="it comes with the board's cross toolchain (arm-none-eabi-: apt-get install binutils-arm-none-eabi)",
+    )
     return out
 
 
@@ -377,8 +423,9 @@ def flash_command(board: dict[str, Any], image: Path) -> list[str]:
         return ["openocd", *args, "-c", f"program {_tcl_word(image.as_posix())} verify reset exit{offset}"]
     if tool == "st-flash":
         if kind != "bin":
-            raise UsageError(f"board {board.get('name', '?')}: st-flash writes raw .bin images; set [flasher] "
-                             "image = \"bin\"")
+            raise UsageError(
+                f'board {board.get("name", "?")}: st-flash writes raw .bin images; set [flasher] image = "bin"'
+            )
         return ["st-flash", *args, "--reset", "write", img, f"{_flash_origin(board):#010x}"]
     if tool == "picotool":
         ftype = "elf" if image.read_bytes()[:4] == b"\x7fELF" else kind
@@ -395,9 +442,11 @@ def _wait_for_port(board_name: str, port: str, timeout: float, flasher_log: str)
     deadline = time.monotonic() + timeout
     while not os.path.exists(port):
         if time.monotonic() > deadline:
-            raise DeviceError(f"{board_name} was programmed, but serial port {port} does not exist "
-                              f"({timeout:g} s after the flasher finished); check --port"
-                              f"{_log_suffix(flasher_log)}")
+            raise DeviceError(
+                f"{board_name} was programmed, but serial port {port} does not exist "
+                f"({timeout:g} s after the flasher finished); check --port"
+                f"{_log_suffix(flasher_log)}"
+            )
         time.sleep(0.05)
 
 
@@ -417,16 +466,19 @@ def _run_tool(cmd: list[str], what: str, timeout: float, hint: str | None = None
         how = hint or INSTALL_HINTS.get(exe, "see its documentation")
         raise DeviceError(f"{exe} not found on PATH (needed for {what}); install it: {how}")
     try:
-        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              timeout=timeout)
+        proc = subprocess.run(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout
+        )
     except subprocess.TimeoutExpired as exc:
         out = (exc.output or b"").decode("utf-8", "replace")
-        raise DeviceError(f"{exe} did not finish within {timeout:g} s ({what}); command: {shlex.join(cmd)}"
-                          f"{_log_suffix(out)}") from None
+        raise DeviceError(
+            f"{exe} did not finish within {timeout:g} s ({what}); command: {shlex.join(cmd)}{_log_suffix(out)}"
+        ) from None
     out = proc.stdout.decode("utf-8", "replace")
     if proc.returncode != 0:
-        raise DeviceError(f"{exe} failed with exit status {proc.returncode} ({what}); command: "
-                          f"{shlex.join(cmd)}{_log_suffix(out)}")
+        raise DeviceError(
+            f"{exe} failed with exit status {proc.returncode} ({what}); command: {shlex.join(cmd)}{_log_suffix(out)}"
+        )
     return out
 
 

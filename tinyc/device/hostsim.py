@@ -6,6 +6,7 @@ nanoseconds instead of cycles). So the whole protocol — framing, retries, erro
 exact outputs — is testable with nothing but a C compiler, and a board or an emulator then
 only adds its port.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -50,16 +51,19 @@ def model_hash(project_dir: str | os.PathLike) -> str:
     """The hash a firmware of this project reports in HELLO: 16 hex digits of sha256 over the
     generated model sources, computed as board projects compute it (tinyc.targets.board)."""
     from tinyc.targets.board import model_hash as hash_files
+
     return hash_files({f.name: f.read_text() for f in model_sources(project_dir)})
 
 
-def harness_context(project_dir: str | os.PathLike, counter_kind: str = "ns",
-                    hash_: str | None = None) -> dict[str, Any]:
+def harness_context(
+    project_dir: str | os.PathLike, counter_kind: str = "ns", hash_: str | None = None
+) -> dict[str, Any]:
     """The render context of templates/project/harness_main.c.j2 for a compiled project: the
     manifest's render keys (rebuilt from tinyc.json and the generated header when the manifest
     does not carry them), arena_bytes, nlayers, version, model_hash and counter_kind."""
     from tinyc.codegen.emitter import c_identifier
     from tinyc.ops.base import ctype
+
     project = Path(project_dir)
     manifest = _manifest(project)
     prefix = manifest["prefix"]
@@ -85,22 +89,33 @@ def harness_context(project_dir: str | os.PathLike, counter_kind: str = "ns",
             out.append({"ident": ident, "ctype": ctype(spec["dtype"]), "count": count})
         return out
 
-    render = manifest.get("render") or {"prefix": prefix, "model": manifest.get("model", prefix),
-                                        "inputs": views("in", manifest["inputs"]),
-                                        "outputs": views("out", manifest["outputs"])}
-    return dict(render, arena_bytes=define("ARENA_BYTES"), nlayers=define("NUM_LAYERS"), version=__version__,
-                model_hash=hash_ if hash_ is not None else model_hash(project), counter_kind=counter_kind)
+    render = manifest.get("render") or {
+        "prefix": prefix,
+        "model": manifest.get("model", prefix),
+        "inputs": views("in", manifest["inputs"]),
+        "outputs": views("out", manifest["outputs"]),
+    }
+    return dict(
+        render,
+        arena_bytes=define("ARENA_BYTES"),
+        nlayers=define("NUM_LAYERS"),
+        version=__version__,
+        model_hash=hash_ if hash_ is not None else model_hash(project),
+        counter_kind=counter_kind,
+    )
 
 
 def render_harness_main(context: Mapping[str, Any]) -> str:
     """templates/project/harness_main.c.j2 rendered the way tinyc renders project files."""
     from tinyc.codegen.emitter import template_env
+
     env = template_env()
     return env.get_template("project/harness_main.c.j2").render(**context)
 
 
-def build_host_harness(project_dir: str | os.PathLike, cc: str = "cc", cflags: str = HOST_CFLAGS,
-                       context: Mapping[str, Any] | None = None) -> Path:
+def build_host_harness(
+    project_dir: str | os.PathLike, cc: str = "cc", cflags: str = HOST_CFLAGS, context: Mapping[str, Any] | None = None
+) -> Path:
     """Compile the project's model + runtime + harness + host port into one executable
     (<project>/build-harness-host/harness_host) and return its path. Skipped when nothing
     changed since the last build."""
@@ -116,14 +131,33 @@ def build_host_harness(project_dir: str | os.PathLike, cc: str = "cc", cflags: s
     if not any(p.name == "tinyc_harness.c" for p in runtime_srcs):  # project written before the harness existed
         runtime_srcs.append(rt_tinyc / "src" / "tinyc_harness.c")
     sources = model_sources(project)
-    sources = [p for p in sources if p.suffix == ".c"] + runtime_srcs + \
-        [rt_tinyc / "ports" / "host" / "tinyc_port_host.c", main_c]
+    sources = (
+        [p for p in sources if p.suffix == ".c"]
+        + runtime_srcs
+        + [rt_tinyc / "ports" / "host" / "tinyc_port_host.c", main_c]
+    )
     exe = build / EXE_NAME
-    cmd = [cc, *shlex.split(cflags), "-I", str(project), "-I", str(rt_project / "include"),
-           "-I", str(rt_tinyc / "include"), *map(str, sources), "-o", str(exe), "-lm"]
+    cmd = [
+        cc,
+        *shlex.split(cflags),
+        "-I",
+        str(project),
+        "-I",
+        str(rt_project / "include"),
+        "-I",
+        str(rt_tinyc / "include"),
+        *map(str, sources),
+        "-o",
+        str(exe),
+        "-lm",
+    ]
     digest = hashlib.sha256("\0".join(cmd).encode())
-    for src in sources + sorted(project.glob("*.h")) + sorted((rt_project / "include").glob("*.h")) + \
-            sorted((rt_tinyc / "include").glob("*.h")):
+    for src in (
+        sources
+        + sorted(project.glob("*.h"))
+        + sorted((rt_project / "include").glob("*.h"))
+        + sorted((rt_tinyc / "include").glob("*.h"))
+    ):
         digest.update(src.read_bytes())
     stamp = build / ".harness-sources"
     if exe.is_file() and stamp.is_file() and stamp.read_text() == digest.hexdigest():
@@ -148,28 +182,39 @@ class HostHarness:
     connection and exits when it ends (or on EXIT, with its code); close() stops it in any
     case (terminate, then kill) and reaps it."""
 
-    def __init__(self, exe: str | os.PathLike, start_timeout: float = 10.0,
-                 env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, exe: str | os.PathLike, start_timeout: float = 10.0, env: Mapping[str, str] | None = None
+    ) -> None:
         self.exe = Path(exe)
         self._lines: list[str] = []
         self._ready = threading.Event()
         self.host, self.port = "127.0.0.1", 0
         full_env = dict(os.environ, **(env or {}), TINYC_PORT_LISTEN="0")
         try:
-            self.proc = subprocess.Popen([str(self.exe)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, env=full_env, text=True, errors="replace")
+            self.proc = subprocess.Popen(
+                [str(self.exe)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=full_env,
+                text=True,
+                errors="replace",
+            )
         except OSError as exc:
             raise DeviceError(f"cannot start host harness {self.exe}: {exc}") from None
         self._reader = threading.Thread(target=self._read_log, daemon=True)
         self._reader.start()
         if not self._ready.wait(start_timeout):
             self.close()
-            raise DeviceError(f"host harness {self.exe} did not start listening within {start_timeout:g} s; "
-                              f"its output: {self.log.strip() or '(none)'}")
+            raise DeviceError(
+                f"host harness {self.exe} did not start listening within {start_timeout:g} s; "
+                f"its output: {self.log.strip() or '(none)'}"
+            )
         if not self.port:
             self.close()
-            raise DeviceError(f"host harness {self.exe} exited before listening; its output: "
-                              f"{self.log.strip() or '(none)'}")
+            raise DeviceError(
+                f"host harness {self.exe} exited before listening; its output: {self.log.strip() or '(none)'}"
+            )
 
     def _read_log(self) -> None:
         assert self.proc.stdout is not None

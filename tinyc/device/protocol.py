@@ -7,6 +7,7 @@ every constant here has the same name there.
 A packet is ``cmd u8 | seq u8 | payload | crc32 u32 LE`` (CRC over cmd, seq and payload); on the
 wire it travels COBS-encoded between 0x00 delimiters. A reply's payload starts with a status byte.
 """
+
 from __future__ import annotations
 
 import struct
@@ -108,7 +109,7 @@ def cobs_decode(data: bytes) -> bytes | None:
         i += 1
         if code == 0 or i + code - 1 > n:
             return None
-        block = data[i:i + code - 1]
+        block = data[i : i + code - 1]
         if 0 in block:
             return None
         out += block
@@ -209,6 +210,7 @@ class FrameDecoder:
 
 # ---- request payloads (what the host sends) ----
 
+
 def hello_request(version: int = PROTOCOL_VERSION) -> bytes:
     return bytes([version])
 
@@ -255,34 +257,50 @@ def parse_hello(body: bytes) -> dict:
     """HELLO's reply body -> dict (fixed fields, then five length-prefixed strings)."""
     if len(body) < HELLO_FIXED.size:
         raise ValueError(f"HELLO reply has {len(body)} bytes, needs at least {HELLO_FIXED.size}")
-    (version, _flags, max_payload, arena, layers, in_bytes, out_bytes, n_in, n_out) = \
-        HELLO_FIXED.unpack_from(body)
-    info = {"protocol_version": version, "max_payload": max_payload, "arena_bytes": arena,
-            "num_layers": layers, "input_bytes": in_bytes, "output_bytes": out_bytes,
-            "num_inputs": n_in, "num_outputs": n_out}
+    (version, _flags, max_payload, arena, layers, in_bytes, out_bytes, n_in, n_out) = HELLO_FIXED.unpack_from(body)
+    info = {
+        "protocol_version": version,
+        "max_payload": max_payload,
+        "arena_bytes": arena,
+        "num_layers": layers,
+        "input_bytes": in_bytes,
+        "output_bytes": out_bytes,
+        "num_inputs": n_in,
+        "num_outputs": n_out,
+    }
     pos = HELLO_FIXED.size
     for key in HELLO_STRINGS:
         if pos >= len(body):
             info[key] = ""
             continue
         n = body[pos]
-        info[key] = body[pos + 1:pos + 1 + n].decode("utf-8", "replace")
+        info[key] = body[pos + 1 : pos + 1 + n].decode("utf-8", "replace")
         pos += 1 + n
     return info
 
 
 def hello_reply(info: dict) -> bytes:
     """The HELLO reply body for `info` (used by tests and host-side simulators)."""
-    out = bytearray(HELLO_FIXED.pack(info["protocol_version"], 0, info["max_payload"], info["arena_bytes"],
-                                     info["num_layers"], info["input_bytes"], info["output_bytes"],
-                                     info.get("num_inputs", 1), info.get("num_outputs", 1)))
+    out = bytearray(
+        HELLO_FIXED.pack(
+            info["protocol_version"],
+            0,
+            info["max_payload"],
+            info["arena_bytes"],
+            info["num_layers"],
+            info["input_bytes"],
+            info["output_bytes"],
+            info.get("num_inputs", 1),
+            info.get("num_outputs", 1),
+        )
+    )
     for key in HELLO_STRINGS:
         s = str(info.get(key, "")).encode()[:MAX_STRING]
         out += bytes([len(s)]) + s
     return bytes(out)
 
 
-RUN_REPLY = struct.Struct("<QI")      # total ticks, repeat
+RUN_REPLY = struct.Struct("<QI")  # total ticks, repeat
 PROFILE_REPLY = struct.Struct("<QI")  # total ticks of the pass, entries (num_layers + 2)
 
 

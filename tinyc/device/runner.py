@@ -9,6 +9,7 @@ SysTick at the core clock). Under QEMU there are no cycles: with ``-icount shift
 guest instruction advances virtual time by 2^S ns, so ticks / (clock_hz * 2^S / 1e9) is the number
 of executed instructions — deterministic, and reported under that name.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,8 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
@@ -35,7 +37,7 @@ GOLDEN_GRAPH = "golden_graph.pkl"
 class CounterUnits:
     """How to read the firmware's ticks on this board."""
 
-    name: str          # "instructions" (QEMU icount) or "cycles"
+    name: str  # "instructions" (QEMU icount) or "cycles"
     ticks_per_unit: float
     note: str
 
@@ -48,9 +50,11 @@ def counter_units(board: Mapping[str, Any]) -> CounterUnits:
     if board.get("emulated"):
         shift = int(board["emulator"]["icount_shift"])
         factor = float(board["cpu"]["clock_hz"]) * (1 << shift) / 1e9
-        return CounterUnits("instructions", factor,
-                            f"QEMU instruction counts (-icount shift={shift}: {factor:g} SysTick ticks per "
-                            "instruction), not cycles")
+        return CounterUnits(
+            "instructions",
+            factor,
+            f"QEMU instruction counts (-icount shift={shift}: {factor:g} SysTick ticks per instruction), not cycles",
+        )
     kind = board.get("cycle_counter", {}).get("kind", "dwt")
     return CounterUnits("cycles", 1.0, f"core cycles ({kind.upper()} counter)")
 
@@ -59,8 +63,8 @@ def counter_units(board: Mapping[str, Any]) -> CounterUnits:
 class DeviceConnection:
     """An open harness session on a board."""
 
-    client: Any          # tinyc.device.client.HarnessClient
-    session: Any         # tinyc.device.flashers.DeviceSession
+    client: Any  # tinyc.device.client.HarnessClient
+    session: Any  # tinyc.device.flashers.DeviceSession
     board: dict[str, Any]
     manifest: dict[str, Any]
     info: dict[str, Any]
@@ -70,6 +74,7 @@ class DeviceConnection:
 def _project(project_dir: str | os.PathLike) -> tuple[Path, dict[str, Any], dict[str, Any]]:
     from tinyc.targets.board import load_project_board
     from tinyc.targets.host import load_manifest
+
     out = Path(project_dir)
     manifest = load_manifest(out)
     if "board" not in manifest:
@@ -81,19 +86,26 @@ def _with_log(exc: DeviceError, session: Any) -> DeviceError:
     """A device error, plus the emulator's last words when it died (a crash report, a lockup)."""
     if session is not None and hasattr(session, "alive") and not session.alive():
         tail = "\n".join(str(session.log).strip().splitlines()[-12:])
-        return DeviceError(f"{exc}\n  the emulator exited (code {session.returncode})"
-                           + (f"; its output:\n{tail}" if tail else ""))
+        return DeviceError(
+            f"{exc}\n  the emulator exited (code {session.returncode})" + (f"; its output:\n{tail}" if tail else "")
+        )
     return exc
 
 
 @contextmanager
-def connect(project_dir: str | os.PathLike, port: str | None = None, timeout: float = 2.0,
-            run_timeout: float = 120.0, progress: bool | None = None) -> Iterator[DeviceConnection]:
+def connect(
+    project_dir: str | os.PathLike,
+    port: str | None = None,
+    timeout: float = 2.0,
+    run_timeout: float = 120.0,
+    progress: bool | None = None,
+) -> Iterator[DeviceConnection]:
     """Build the firmware if needed, flash/start it, handshake; stop the emulator afterwards."""
     from tinyc.device import flashers
     from tinyc.device.client import HarnessClient
     from tinyc.device.transport import open_link
     from tinyc.targets.board import build_board_project
+
     out, manifest, board = _project(project_dir)
     build_board_project(out, progress=progress)
     elf = out / manifest["firmware"]
@@ -104,12 +116,18 @@ def connect(project_dir: str | os.PathLike, port: str | None = None, timeout: fl
             client = _try_existing(port, manifest, timeout, run_timeout)
         if client is None:
             session = flashers.start(board, elf, port=port)
-            client = HarnessClient(open_link(session.url, timeout), port_name=port or f"{board['name']} "
-                                   f"(QEMU, {session.url})", timeout=timeout, run_timeout=run_timeout)
+            client = HarnessClient(
+                open_link(session.url, timeout),
+                port_name=port or f"{board['name']} (QEMU, {session.url})",
+                timeout=timeout,
+                run_timeout=run_timeout,
+            )
         info = client.hello()
         if info["model_hash"] != manifest["model_hash"]:
-            raise DeviceError(f"{client.port_name} runs model '{info['model']}' (hash {info['model_hash']}), not "
-                              f"this project's '{manifest['model']}' ({manifest['model_hash']}); flash it again")
+            raise DeviceError(
+                f"{client.port_name} runs model '{info['model']}' (hash {info['model_hash']}), not "
+                f"this project's '{manifest['model']}' ({manifest['model_hash']}); flash it again"
+            )
         yield DeviceConnection(client, session, board, manifest, info, counter_units(board))
     except DeviceError as exc:
         raise _with_log(exc, session) from None
@@ -130,9 +148,11 @@ def _try_existing(port: str, manifest: dict[str, Any], timeout: float, run_timeo
     """A client on `port` when the board already runs this project's firmware, else None (flash it)."""
     from tinyc.device.client import HarnessClient
     from tinyc.device.transport import open_link
+
     try:
-        client = HarnessClient(open_link(port, timeout), port_name=port, timeout=timeout, run_timeout=run_timeout,
-                               retries=1)
+        client = HarnessClient(
+            open_link(port, timeout), port_name=port, timeout=timeout, run_timeout=run_timeout, retries=1
+        )
         if client.hello()["model_hash"] == manifest["model_hash"]:
             return client
         client.close()
@@ -142,6 +162,7 @@ def _try_existing(port: str, manifest: dict[str, Any], timeout: float, run_timeo
 
 
 # -------------------------------------------------------------------------------- bytes <-> arrays
+
 
 def pack_inputs(manifest: Mapping[str, Any], feeds: Mapping[str, np.ndarray]) -> bytes:
     """All inputs, manifest order, raw little-endian: the WRITE_INPUT layout. Each input is one
@@ -165,13 +186,15 @@ def unpack_outputs(manifest: Mapping[str, Any], data: bytes) -> dict[str, np.nda
         n = int(np.prod(spec["shape"], dtype=np.int64)) * dt.itemsize
         if pos + n > len(data):
             raise DeviceError(f"the device sent {len(data)} output bytes, the model has more ({pos + n}+)")
-        outs[spec["name"]] = np.frombuffer(data[pos:pos + n], dtype=dt).astype(dt.newbyteorder("="))\
-            .reshape(spec["shape"])
+        outs[spec["name"]] = (
+            np.frombuffer(data[pos : pos + n], dtype=dt).astype(dt.newbyteorder("=")).reshape(spec["shape"])
+        )
         pos += n
     return outs
 
 
 # -------------------------------------------------------------------------------- run
+
 
 @dataclass
 class DeviceRun:
@@ -187,8 +210,13 @@ class DeviceRun:
         return self.units.convert(sum(self.ticks) / max(1, len(self.ticks)))
 
 
-def run_on_device(project_dir: str | os.PathLike, inputs: Mapping[str, np.ndarray], port: str | None = None,
-                  progress: bool | None = None, **connect_options: Any) -> DeviceRun:
+def run_on_device(
+    project_dir: str | os.PathLike,
+    inputs: Mapping[str, np.ndarray],
+    port: str | None = None,
+    progress: bool | None = None,
+    **connect_options: Any,
+) -> DeviceRun:
     """Run every sample of `inputs` (shapes as for the host: exact, or a leading N) on the board."""
     from tqdm import tqdm
 
@@ -199,8 +227,9 @@ def run_on_device(project_dir: str | os.PathLike, inputs: Mapping[str, np.ndarra
     ticks: list[int] = []
     show = sys.stderr.isatty() if progress is None else progress
     with connect(project_dir, port, progress=progress, **connect_options) as dev:
-        for k in tqdm(range(n), desc=f"inferences on {dev.board['name']}", unit="inf", leave=False,
-                      disable=not show or n < 4):
+        for k in tqdm(
+            range(n), desc=f"inferences on {dev.board['name']}", unit="inf", leave=False, disable=not show or n < 4
+        ):
             dev.client.write_input(pack_inputs(manifest, data.raw(k)))
             ticks.append(dev.client.run(1))
             for name, value in unpack_outputs(manifest, dev.client.read_output()).items():
@@ -210,8 +239,13 @@ def run_on_device(project_dir: str | os.PathLike, inputs: Mapping[str, np.ndarra
 
 # -------------------------------------------------------------------------------- profile
 
-def profile_on_device(project_dir: str | os.PathLike, inputs: Mapping[str, np.ndarray] | None = None,
-                      port: str | None = None, **connect_options: Any) -> dict[str, Any]:
+
+def profile_on_device(
+    project_dir: str | os.PathLike,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    port: str | None = None,
+    **connect_options: Any,
+) -> dict[str, Any]:
     """Per-layer counts of one inference (the first sample of `inputs`, zeros when none), with the
     MACs of each layer from report.json, MACs per count and share of the total; plus RUN's total
     for the same input, so the two can be checked against each other."""
@@ -236,18 +270,38 @@ def profile_on_device(project_dir: str | os.PathLike, inputs: Mapping[str, np.nd
     for i, t in enumerate(prof):
         count = units.convert(t)
         macs = macs_by_kernel.get(i, 0)
-        layers.append({"index": i, "name": names[i] if i < len(names) else f"layer{i}", "ticks": int(t),
-                       units.name: round(count, 1), "macs": macs,
-                       f"macs_per_{units.name[:-1]}": (macs / count) if count else 0.0,
-                       "share": (t / total) if total else 0.0})
+        layers.append(
+            {
+                "index": i,
+                "name": names[i] if i < len(names) else f"layer{i}",
+                "ticks": int(t),
+                units.name: round(count, 1),
+                "macs": macs,
+                f"macs_per_{units.name[:-1]}": (macs / count) if count else 0.0,
+                "share": (t / total) if total else 0.0,
+            }
+        )
     total_macs = sum(macs_by_kernel.values())
     run_units = units.convert(run_ticks)
-    return {"board": board["name"], "model": manifest["model"], "units": units.name, "units_note": units.note,
-            "layers": layers, "profile_total": units.convert(prof.total),
-            "layers_total": units.convert(total), "run_total": run_units, "macs": total_macs,
-            f"macs_per_{units.name[:-1]}": (total_macs / run_units) if run_units else 0.0,
-            "ticks": {"run": int(run_ticks), "profile": int(prof.total), "layers": int(total),
-                      "set_inputs": int(prof.set_inputs), "get_outputs": int(prof.get_outputs)}}
+    return {
+        "board": board["name"],
+        "model": manifest["model"],
+        "units": units.name,
+        "units_note": units.note,
+        "layers": layers,
+        "profile_total": units.convert(prof.total),
+        "layers_total": units.convert(total),
+        "run_total": run_units,
+        "macs": total_macs,
+        f"macs_per_{units.name[:-1]}": (total_macs / run_units) if run_units else 0.0,
+        "ticks": {
+            "run": int(run_ticks),
+            "profile": int(prof.total),
+            "layers": int(total),
+            "set_inputs": int(prof.set_inputs),
+            "get_outputs": int(prof.get_outputs),
+        },
+    }
 
 
 def profile_table(p: Mapping[str, Any]) -> str:
@@ -256,8 +310,10 @@ def profile_table(p: Mapping[str, Any]) -> str:
     per = f"macs_per_{u[:-1]}"
     rows = [f"{'#':>3}  {'layer':<32} {u:>14} {'MACs':>12} {'MACs/' + u[:5]:>10} {'share':>7}"]
     for layer in p["layers"]:
-        rows.append(f"{layer['index']:>3}  {layer['name'][:32]:<32} {layer[u]:>14,.0f} {layer['macs']:>12,} "
-                    f"{layer[per]:>10.3f} {100 * layer['share']:>6.1f}%")
+        rows.append(
+            f"{layer['index']:>3}  {layer['name'][:32]:<32} {layer[u]:>14,.0f} {layer['macs']:>12,} "
+            f"{layer[per]:>10.3f} {100 * layer['share']:>6.1f}%"
+        )
     rows.append(f"     {'layers total':<32} {p['layers_total']:>14,.0f} {p['macs']:>12,}")
     rows.append(f"     {'RUN (one inference)':<32} {p['run_total']:>14,.0f}              {p[per]:>10.3f}")
     rows.append(f"  ({p['units_note']})")
@@ -265,6 +321,7 @@ def profile_table(p: Mapping[str, Any]) -> str:
 
 
 # -------------------------------------------------------------------------------- validate
+
 
 def save_golden_graph(out_dir: Path, graph: Any, source_model: str | None) -> None:
     """Keep the graph the firmware came from (and where the ONNX model is) for `validate`."""
@@ -274,12 +331,20 @@ def save_golden_graph(out_dir: Path, graph: Any, source_model: str | None) -> No
 
 #: the only globals a golden graph written by `save_golden_graph` refers to: the IR's dataclasses and
 #: numpy's array reconstruction (numpy 1.x and 2.x module names)
-_GOLDEN_GLOBALS = frozenset({
-    ("tinyc.ir.graph", "Graph"), ("tinyc.ir.graph", "Node"), ("tinyc.ir.graph", "Tensor"),
-    ("tinyc.ir.graph", "QuantParams"), ("numpy", "dtype"), ("numpy", "ndarray"),
-    ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "scalar"), ("numpy.core.multiarray", "scalar"),
-})
+_GOLDEN_GLOBALS = frozenset(
+    {
+        ("tinyc.ir.graph", "Graph"),
+        ("tinyc.ir.graph", "Node"),
+        ("tinyc.ir.graph", "Tensor"),
+        ("tinyc.ir.graph", "QuantParams"),
+        ("numpy", "dtype"),
+        ("numpy", "ndarray"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "scalar"),
+        ("numpy.core.multiarray", "scalar"),
+    }
+)
 
 
 class _GoldenUnpickler(pickle.Unpickler):
@@ -301,22 +366,33 @@ def _load_golden(out: Path) -> tuple[Any, str | None]:
             data = _GoldenUnpickler(f).load()
         graph = data["graph"]
     except Exception as exc:  # UnpicklingError, EOFError, a wrong structure, ...
-        raise UsageError(f"{path} is not a golden graph written by tinyc ({type(exc).__name__}: {exc}); refusing "
-                         f"to load it (pickled files can run code): compile the model again to validate it") from None
+        raise UsageError(
+            f"{path} is not a golden graph written by tinyc ({type(exc).__name__}: {exc}); refusing "
+            f"to load it (pickled files can run code): compile the model again to validate it"
+        ) from None
     from tinyc.ir import Graph
+
     if not isinstance(graph, Graph):
-        raise UsageError(f"{path} is not a golden graph written by tinyc (it holds a {type(graph).__name__}): "
-                         f"compile the model again to validate it")
+        raise UsageError(
+            f"{path} is not a golden graph written by tinyc (it holds a {type(graph).__name__}): "
+            f"compile the model again to validate it"
+        )
     return graph, data.get("source_model")
 
 
-def validate_on_device(project_dir: str | os.PathLike, data: Mapping[str, np.ndarray], port: str | None = None,
-                       labels: np.ndarray | None = None, **connect_options: Any) -> dict[str, Any]:
+def validate_on_device(
+    project_dir: str | os.PathLike,
+    data: Mapping[str, np.ndarray],
+    port: str | None = None,
+    labels: np.ndarray | None = None,
+    **connect_options: Any,
+) -> dict[str, Any]:
     """Device vs the golden model (must be equal bit for bit for int8 graphs; float within 1e-4
     relative), vs onnxruntime on the source ONNX model (agreement of top-1, max difference), and
     accuracy against labels (`labels`, or a 'y' key in `data`)."""
     import tinyc.reference
     from tinyc.quantize.feeds import LABEL_KEYS
+
     out, manifest, board = _project(project_dir)
     names = {s["name"] for s in manifest["inputs"]}
     if labels is None:
@@ -334,16 +410,24 @@ def validate_on_device(project_dir: str | os.PathLike, data: Mapping[str, np.nda
             gold[o["name"]].append(np.asarray(res[o["name"]]).reshape(o["shape"]))
     golden = stack_outputs(gold, mode)
     integer = any(t.dtype in ("int8", "uint8") for t in graph.tensors.values() if not t.is_constant)
-    result: dict[str, Any] = {"board": board["name"], "model": manifest["model"], "samples": n,
-                              "per_inference": dev.per_inference, "units": dev.units.name, "outputs": {}}
+    result: dict[str, Any] = {
+        "board": board["name"],
+        "model": manifest["model"],
+        "samples": n,
+        "per_inference": dev.per_inference,
+        "units": dev.units.name,
+        "outputs": {},
+    }
     ok = True
     ort = _onnxruntime_outputs(source, feeds, manifest, n, mode) if source else None
     for o in manifest["outputs"]:
         name = o["name"]
         d, g = np.asarray(dev.outputs[name]), np.asarray(golden[name])
-        close = compare_float(d, g)   # NaN-aware: a NaN (or inf) output is a result to compare too
-        entry: dict[str, Any] = {"max_abs_diff_vs_golden": close.max_abs_diff,
-                                 "bit_exact_vs_golden": bool(np.array_equal(d, g, equal_nan=d.dtype.kind == "f"))}
+        close = compare_float(d, g)  # NaN-aware: a NaN (or inf) output is a result to compare too
+        entry: dict[str, Any] = {
+            "max_abs_diff_vs_golden": close.max_abs_diff,
+            "bit_exact_vs_golden": bool(np.array_equal(d, g, equal_nan=d.dtype.kind == "f")),
+        }
         entry["golden_ok"] = entry["bit_exact_vs_golden"] if integer else close.ok
         ok &= entry["golden_ok"]
         if ort is not None and name in ort:
@@ -363,8 +447,9 @@ def validate_on_device(project_dir: str | os.PathLike, data: Mapping[str, np.nda
     return result
 
 
-def _onnxruntime_outputs(source: str, feeds: Mapping[str, np.ndarray], manifest: Mapping[str, Any], n: int,
-                         mode: str) -> dict[str, np.ndarray] | None:
+def _onnxruntime_outputs(
+    source: str, feeds: Mapping[str, np.ndarray], manifest: Mapping[str, Any], n: int, mode: str
+) -> dict[str, np.ndarray] | None:
     """onnxruntime on the source model (graph optimisations off: its fused int8 kernels round
     differently on some CPUs), sample by sample; None when onnxruntime or the model is missing."""
     try:
@@ -374,6 +459,7 @@ def _onnxruntime_outputs(source: str, feeds: Mapping[str, np.ndarray], manifest:
     if not Path(source).is_file():
         return None
     from tinyc.quantize.feeds import sample
+
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
@@ -392,18 +478,25 @@ def _ort_input(spec: Mapping[str, Any], value: np.ndarray) -> np.ndarray:
     arr = np.asarray(value)
     if spec.get("quant") is not None and arr.dtype.kind == "f":
         return arr.astype(np.float32)
-    if spec.get("quant") is not None:   # int8 data for the int8 input: the float values it stands for
+    if spec.get("quant") is not None:  # int8 data for the int8 input: the float values it stands for
         return to_float_output(spec, arr.astype(spec["dtype"]))
     return arr.astype(spec["dtype"])
 
 
 def validation_table(v: Mapping[str, Any]) -> str:
-    rows = [f"validated '{v['model']}' on {v['board']}: {v['samples']} samples, "
-            f"{v['per_inference']:,.0f} {v['units']} per inference"]
+    rows = [
+        f"validated '{v['model']}' on {v['board']}: {v['samples']} samples, "
+        f"{v['per_inference']:,.0f} {v['units']} per inference"
+    ]
     for name, e in v["outputs"].items():
-        parts = [("device == golden model bit for bit" if e["bit_exact_vs_golden"] else
-                  f"device vs golden max |diff| {e['max_abs_diff_vs_golden']:.3g}")
-                 + ("" if e["golden_ok"] else "  <-- MISMATCH")]
+        parts = [
+            (
+                "device == golden model bit for bit"
+                if e["bit_exact_vs_golden"]
+                else f"device vs golden max |diff| {e['max_abs_diff_vs_golden']:.3g}"
+            )
+            + ("" if e["golden_ok"] else "  <-- MISMATCH")
+        ]
         if "top1_agreement_vs_onnxruntime" in e:
             parts.append(f"top-1 agreement with onnxruntime {100 * e['top1_agreement_vs_onnxruntime']:.2f}%")
         if "max_abs_diff_vs_onnxruntime" in e:

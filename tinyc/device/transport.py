@@ -5,6 +5,7 @@ Every read takes a deadline, so no caller can block forever on a silent device. 
 exiting, a board unplugged) and throws away the bytes it had already collected, so asking only
 for what is there keeps every byte that arrived before the end.
 """
+
 from __future__ import annotations
 
 import time
@@ -36,6 +37,7 @@ class Link:
     def write(self, data: bytes) -> None:
         """Send all of `data` (bounded by the write timeout given to open_link)."""
         import serial
+
         try:
             self._port.write(data)
             self._port.flush()
@@ -48,6 +50,7 @@ class Link:
         """Whatever bytes arrive first, waiting until `deadline` (time.monotonic()) at most;
         b"" when none came. Raises LinkClosed when the other end is gone."""
         import serial
+
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -83,9 +86,11 @@ def _close_quickly(port) -> None:
     reconnect"); a session that is over has no use for that, so close the socket directly
     when the port is that class and still looks as expected."""
     from serial.urlhandler import protocol_socket
+
     sock = getattr(port, "_socket", None)
     if isinstance(port, protocol_socket.Serial) and sock is not None:
         import socket
+
         try:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -101,6 +106,7 @@ def open_link(url: str, timeout: float = 5.0, baudrate: int = DEFAULT_BAUD) -> L
     """Open `url` with pyserial's serial_for_url: a device path (/dev/ttyACM0, COM3),
     socket://host:port, rfc2217://host:port or loop://. `timeout` bounds every write."""
     import serial
+
     try:
         port = serial.serial_for_url(url, baudrate=baudrate, timeout=POLL_S, write_timeout=timeout)
     except (serial.SerialException, ValueError, OSError) as exc:

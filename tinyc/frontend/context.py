@@ -1,4 +1,5 @@
 """What an op's ONNX import handler sees: the node, its attributes, and what is known so far."""
+
 from __future__ import annotations
 
 from typing import Any, NoReturn
@@ -30,6 +31,7 @@ class ImportContext:
                 self._attrs[k] = [x.decode() for x in v]
             elif isinstance(v, onnx.TensorProto):
                 from tinyc.frontend.validate import tensor_to_array
+
                 self._attrs[k] = tensor_to_array(v, f"node '{node_name}' ({self.op_type}): attribute '{k}' tensor")
 
     # -- attributes and inputs ---------------------------------------------------------------
@@ -68,10 +70,17 @@ class ImportContext:
         """The node is malformed (attributes or shapes ONNX forbids; onnxruntime refuses it too)."""
         raise ShapeError(f"node '{self.name}' ({self.op_type}): {message}")
 
-    def make_node(self, op: str, inputs: list[str] | None = None, outputs: list[str] | None = None,
-                  **attrs: Any) -> Node:
-        return Node(self.name, op, list(self.inputs if inputs is None else inputs),
-                    list(self.outputs if outputs is None else outputs), attrs, source=self.name)
+    def make_node(
+        self, op: str, inputs: list[str] | None = None, outputs: list[str] | None = None, **attrs: Any
+    ) -> Node:
+        return Node(
+            self.name,
+            op,
+            list(self.inputs if inputs is None else inputs),
+            list(self.outputs if outputs is None else outputs),
+            attrs,
+            source=self.name,
+        )
 
     def set_constant(self, output_index: int, value: np.ndarray) -> list[Node]:
         """Define an output as a compile-time constant (no node emitted)."""

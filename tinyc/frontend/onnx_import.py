@@ -5,12 +5,13 @@ imported in order; a node whose inputs are all constants is evaluated right away
 numpy reference, so shape-only subgraphs (Shape → Gather → Concat → Reshape) vanish during
 import and later handlers see their configuring inputs as constants.
 """
+
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -35,8 +36,9 @@ def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
     try:
         model = onnx.load(str(p), load_external_data=False)
     except Exception as exc:  # protobuf raises several unrelated types
-        raise ModelLoadError(f"{p} is not an ONNX model (could not parse it as ONNX protobuf: "
-                             f"{type(exc).__name__})") from None
+        raise ModelLoadError(
+            f"{p} is not an ONNX model (could not parse it as ONNX protobuf: {type(exc).__name__})"
+        ) from None
     if not model.graph.node and not model.graph.output:
         raise ModelLoadError(f"{p} is not an ONNX model (no graph found in the file)")
     _load_external_data(model, p.parent)
@@ -45,6 +47,7 @@ def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
 
 def _load_external_data(model: onnx.ModelProto, base: Path) -> None:
     from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
     missing = []
     for t in _get_all_tensors(model):
         if uses_external_data(t):
@@ -53,8 +56,9 @@ def _load_external_data(model: onnx.ModelProto, base: Path) -> None:
             if not loc.is_file():
                 missing.append(f"'{t.name}' → {loc}")
     if missing:
-        raise ModelLoadError("external-data weights are missing: " + "; ".join(missing)
-                             + " (keep the data files next to the .onnx file)")
+        raise ModelLoadError(
+            "external-data weights are missing: " + "; ".join(missing) + " (keep the data files next to the .onnx file)"
+        )
     try:
         onnx.external_data_helper.load_external_data_for_model(model, str(base))
     except Exception as exc:
@@ -63,6 +67,7 @@ def _load_external_data(model: onnx.ModelProto, base: Path) -> None:
 
 def _np_dtype_name(elem_type: int) -> str:
     from tinyc.ir import DTYPE_BYTES
+
     try:
         name = str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)))
     except Exception:
@@ -83,6 +88,7 @@ def parse_input_shapes(specs: Sequence[str] | Mapping[str, Sequence[int]] | None
         m = re.fullmatch(r"\s*([^=]+?)\s*=\s*([0-9]+(?:\s*[,x]\s*[0-9]+)*)\s*", spec)
         if not m:
             from tinyc.errors import UsageError
+
             raise UsageError(f"--input-shape '{spec}': expected NAME=D0,D1,... e.g. input=1,3,32,32")
         out[m.group(1)] = tuple(int(d) for d in re.split(r"\s*[,x]\s*", m.group(2)))
     return out
@@ -98,7 +104,8 @@ def _check_ops(model: onnx.ModelProto) -> None:
     if bad:
         ops = sorted({b.split("(")[1].rstrip(")") for b in bad})
         raise UnsupportedError(
-            f"{len(bad)} node(s) use operators tinyc does not support ({', '.join(ops)}): " + ", ".join(bad))
+            f"{len(bad)} node(s) use operators tinyc does not support ({', '.join(ops)}): " + ", ".join(bad)
+        )
 
 
 def _opset(model: onnx.ModelProto) -> int:
@@ -108,9 +115,12 @@ def _opset(model: onnx.ModelProto) -> int:
     return 1
 
 
-def import_onnx(model: onnx.ModelProto | str | os.PathLike,
-                input_shapes: Sequence[str] | Mapping[str, Sequence[int]] | None = None,
-                name: str | None = None, bind: Mapping[str, np.ndarray] | None = None) -> Graph:
+def import_onnx(
+    model: onnx.ModelProto | str | os.PathLike,
+    input_shapes: Sequence[str] | Mapping[str, Sequence[int]] | None = None,
+    name: str | None = None,
+    bind: Mapping[str, np.ndarray] | None = None,
+) -> Graph:
     """Import an ONNX model (object or path) into a tinyc Graph with static shapes.
 
     `bind` freezes graph inputs to constant values (like TVM's bound params): an ahead-of-time
@@ -137,7 +147,7 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
 
     bind = dict(bind or {})
     graph_inputs = {vi.name for vi in model.graph.input}
-    for k, v in bind.items():
+    for k, _v in bind.items():
         if k not in graph_inputs:
             raise ShapeError(f"cannot bind '{k}': not a model input (inputs: {', '.join(sorted(graph_inputs))})")
     unknown = set(shapes)
@@ -157,12 +167,10 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
             given = shapes[vi.name]
             unknown.discard(vi.name)
             if len(given) != len(dims) and tt.HasField("shape"):
-                raise ShapeError(f"--input-shape {vi.name}: model input has rank {len(dims)}, "
-                                 f"got {len(given)} dims")
+                raise ShapeError(f"--input-shape {vi.name}: model input has rank {len(dims)}, got {len(given)} dims")
             for i, (a, b) in enumerate(zip(dims, given)):
                 if a is not None and a != b:
-                    raise ShapeError(f"--input-shape {vi.name}: dimension {i} is fixed to {a} in the model, "
-                                     f"got {b}")
+                    raise ShapeError(f"--input-shape {vi.name}: dimension {i} is fixed to {a} in the model, got {b}")
             dims = list(given)
         if vi.name in shapes and not tt.HasField("shape"):
             dims = list(shapes[vi.name])
@@ -173,12 +181,15 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
             raise ShapeError(
                 f"input '{vi.name}' has a dynamic shape {shown}"
                 + (f" (symbolic: {', '.join(sym)})" if sym else "")
-                + f"; fix it with --input-shape {vi.name}={hint} (input_shapes= in the Python API)")
+                + f"; fix it with --input-shape {vi.name}={hint} (input_shapes= in the Python API)"
+            )
         g.add_tensor(Tensor(vi.name, tuple(int(d) for d in dims), dtype))  # type: ignore[arg-type]
         g.inputs.append(vi.name)
     if unknown:
-        raise ShapeError(f"--input-shape names unknown input(s): {', '.join(sorted(unknown))}; "
-                         f"model inputs are: {', '.join(g.inputs) or '(none)'}")
+        raise ShapeError(
+            f"--input-shape names unknown input(s): {', '.join(sorted(unknown))}; "
+            f"model inputs are: {', '.join(g.inputs) or '(none)'}"
+        )
 
     used_names: set[str] = set()
     for idx, onode in enumerate(model.graph.node):
@@ -193,14 +204,17 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
             raise ModelLoadError(f"graph output '{vi.name}' is not produced by any node")
         declared = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
         if declared and _np_dtype_name(declared) != g.tensor(vi.name).dtype:
-            raise ShapeError(f"graph output '{vi.name}' is declared {validate.dtype_name(declared)}, but tinyc "
-                             f"computes it as {g.tensor(vi.name).dtype}")
+            raise ShapeError(
+                f"graph output '{vi.name}' is declared {validate.dtype_name(declared)}, but tinyc "
+                f"computes it as {g.tensor(vi.name).dtype}"
+            )
         g.outputs.append(vi.name)
         g.output_names.append(vi.name)
     _cross_check_shapes(model, g, shapes)
     g.remove_unused_tensors()
     # QLinear* operators became integer kernels here: they keep ONNX's rounding (one rounding, half to even)
     from tinyc.passes.qdq import set_requant_rounding
+
     set_requant_rounding(g, "half_even")
     return g
 
@@ -210,8 +224,10 @@ def _import_node(g: Graph, onode: onnx.NodeProto, opset: int, node_name: str) ->
     assert opdef is not None
     for i in onode.input:
         if i and i not in g.tensors:
-            raise ModelLoadError(f"node '{node_name}' ({onode.op_type}) reads '{i}', which no earlier node "
-                                 f"produces (graph not topologically sorted?)")
+            raise ModelLoadError(
+                f"node '{node_name}' ({onode.op_type}) reads '{i}', which no earlier node "
+                f"produces (graph not topologically sorted?)"
+            )
     validate.check_node_scales(onode, opset, f"node '{node_name}' ({onode.op_type})", g.constant)
     ctx = ImportContext(onode, g, opset, node_name)
     try:
@@ -219,8 +235,9 @@ def _import_node(g: Graph, onode: onnx.NodeProto, opset: int, node_name: str) ->
     except TinycError:
         raise
     except Exception as exc:  # a handler bug or a malformed node: still name the node
-        raise UnsupportedError(f"node '{node_name}' ({onode.op_type}): could not import: "
-                               f"{type(exc).__name__}: {exc}") from exc
+        raise UnsupportedError(
+            f"node '{node_name}' ({onode.op_type}): could not import: {type(exc).__name__}: {exc}"
+        ) from exc
     nodes = [result] if isinstance(result, Node) else list(result)
     for k, node in enumerate(nodes):
         if k and node.name == node_name:
@@ -236,8 +253,9 @@ def add_node(g: Graph, node: Node, fold: bool = True) -> None:
     except TinycError:
         raise
     except Exception as exc:
-        raise ShapeError(f"node '{node.source or node.name}' ({node.op}): shape inference failed: "
-                         f"{type(exc).__name__}: {exc}") from exc
+        raise ShapeError(
+            f"node '{node.source or node.name}' ({node.op}): shape inference failed: {type(exc).__name__}: {exc}"
+        ) from exc
     for out, (shape, dtype) in zip(node.outputs, types):
         if out:
             # A QOperator importer may have declared the output's quantization parameters already.
@@ -252,14 +270,19 @@ def add_node(g: Graph, node: Node, fold: bool = True) -> None:
         quant = folded_quant(node, g) if folded_quant else None
         for out, val, (shape, dtype) in zip(node.outputs, values, types):
             if out:
-                g.tensors[out] = Tensor(out, tuple(shape), dtype,
-                                        np.ascontiguousarray(np.asarray(val, dtype=dtype)).reshape(tuple(shape)),
-                                        quant)
+                g.tensors[out] = Tensor(
+                    out,
+                    tuple(shape),
+                    dtype,
+                    np.ascontiguousarray(np.asarray(val, dtype=dtype)).reshape(tuple(shape)),
+                    quant,
+                )
         return
     for i, out in enumerate(node.outputs):
         if out and any(d < 0 for d in g.tensor(out).shape):
-            raise ShapeError(f"node '{node.source or node.name}' ({node.op}): output {i} has unresolved shape "
-                             f"{g.tensor(out).shape}")
+            raise ShapeError(
+                f"node '{node.source or node.name}' ({node.op}): output {i} has unresolved shape {g.tensor(out).shape}"
+            )
     g.nodes.append(node)
 
 
@@ -286,5 +309,7 @@ def _cross_check_shapes(model: onnx.ModelProto, g: Graph, shapes: dict[str, tupl
         if len(dims) == len(ours) and all(a is None or a == b for a, b in zip(dims, ours)):
             continue
         if len(dims) != len(ours) or any(a is not None and a != b for a, b in zip(dims, ours)):
-            raise ShapeError(f"output '{vi.name}': tinyc inferred shape {ours}, onnx shape inference says "
-                             f"{tuple(d if d is not None else '?' for d in dims)}")
+            raise ShapeError(
+                f"output '{vi.name}': tinyc inferred shape {ours}, onnx shape inference says "
+                f"{tuple(d if d is not None else '?' for d in dims)}"
+            )

@@ -8,10 +8,12 @@ strict shape and type inference), the operator schemas' type constraints — and
 outputs, opsets nobody released) is checked here. Per-operator shape rules (pads, kernels,
 groups, bias lengths...) live with each op in tinyc/ops and run during import.
 """
+
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import numpy as np
 import onnx
@@ -72,9 +74,16 @@ def _label(msg: Any, kind: str, index: int) -> str:
     return f"{kind} '{name}'" if name else f"{kind} #{index}"
 
 
-_KINDS = {"node": "node", "input": "input", "output": "output", "initializer": "initializer",
-          "value_info": "value_info", "attribute": "attribute", "sparse_initializer": "sparse initializer",
-          "functions": "function"}
+_KINDS = {
+    "node": "node",
+    "input": "input",
+    "output": "output",
+    "initializer": "initializer",
+    "value_info": "value_info",
+    "attribute": "attribute",
+    "sparse_initializer": "sparse initializer",
+    "functions": "function",
+}
 
 
 def _check_utf8(msg: Any, path: list[str]) -> None:
@@ -96,8 +105,9 @@ def _check_utf8(msg: Any, path: list[str]) -> None:
             items = list(val) if repeated else [val]
             for v in items:
                 if isinstance(v, bytes):
-                    raise ModelLoadError(f"{_where(path)}: field '{fd.name}' is not valid UTF-8 ({v[:40]!r}); "
-                                         "the file is corrupted")
+                    raise ModelLoadError(
+                        f"{_where(path)}: field '{fd.name}' is not valid UTF-8 ({v[:40]!r}); the file is corrupted"
+                    )
 
 
 def _check_utf8_shallow(t: Any, path: list[str]) -> None:
@@ -105,10 +115,11 @@ def _check_utf8_shallow(t: Any, path: list[str]) -> None:
     for fd, val in t.ListFields():
         if fd.type == fd.TYPE_STRING and fd.name != "string_data":
             repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == fd.LABEL_REPEATED
-            for v in (list(val) if repeated else [val]):
+            for v in list(val) if repeated else [val]:
                 if isinstance(v, bytes):
-                    raise ModelLoadError(f"{_where(path)}: field '{fd.name}' is not valid UTF-8 ({v[:40]!r}); "
-                                         "the file is corrupted")
+                    raise ModelLoadError(
+                        f"{_where(path)}: field '{fd.name}' is not valid UTF-8 ({v[:40]!r}); the file is corrupted"
+                    )
         elif fd.type == fd.TYPE_MESSAGE and fd.name == "external_data":
             for e in val:
                 _check_utf8_shallow(e, path)
@@ -131,8 +142,9 @@ def _check_elem_types(model: onnx.ModelProto) -> None:
                 raise ModelLoadError(f"{kind} '{vi.name}' has element type {int(et)}, which is not an ONNX data type")
     for t in model.graph.initializer:
         if not is_known_dtype(t.data_type):
-            raise ModelLoadError(f"initializer '{t.name}' has element type {int(t.data_type)}, "
-                                 "which is not an ONNX data type")
+            raise ModelLoadError(
+                f"initializer '{t.name}' has element type {int(t.data_type)}, which is not an ONNX data type"
+            )
 
 
 def _check_opsets(model: onnx.ModelProto) -> None:
@@ -143,13 +155,15 @@ def _check_opsets(model: onnx.ModelProto) -> None:
     if not MIN_OPSET <= v <= max_opset():
         raise UnsupportedError(
             f"model uses ai.onnx opset {v}; tinyc handles ai.onnx opsets {opset_range()} "
-            f"(the released ONNX opsets; onnxruntime refuses unreleased ones too)")
+            f"(the released ONNX opsets; onnxruntime refuses unreleased ones too)"
+        )
 
 
 def _check_outputs(model: onnx.ModelProto) -> None:
     if not model.graph.output:
-        raise ModelLoadError("the model declares no graph outputs, so it computes nothing "
-                             "(onnxruntime cannot run it either)")
+        raise ModelLoadError(
+            "the model declares no graph outputs, so it computes nothing (onnxruntime cannot run it either)"
+        )
     names = [o.name for o in model.graph.output]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -162,14 +176,26 @@ def _check_outputs(model: onnx.ModelProto) -> None:
 
 # -- initializer payloads --------------------------------------------------------------------------
 #: integer types stored in int32_data, and the range a value must lie in
-_INT32_RANGES = {TensorProto.INT8: (-128, 127), TensorProto.UINT8: (0, 255), TensorProto.INT16: (-32768, 32767),
-                 TensorProto.UINT16: (0, 65535), TensorProto.BOOL: (0, 1),
-                 TensorProto.FLOAT16: (0, 65535), TensorProto.BFLOAT16: (0, 65535)}
-_TYPED_FIELD = {TensorProto.FLOAT: ("float_data", 1), TensorProto.COMPLEX64: ("float_data", 2),
-                TensorProto.DOUBLE: ("double_data", 1), TensorProto.COMPLEX128: ("double_data", 2),
-                TensorProto.INT64: ("int64_data", 1), TensorProto.UINT32: ("uint64_data", 1),
-                TensorProto.UINT64: ("uint64_data", 1), TensorProto.INT32: ("int32_data", 1),
-                **{k: ("int32_data", 1) for k in _INT32_RANGES}}
+_INT32_RANGES = {
+    TensorProto.INT8: (-128, 127),
+    TensorProto.UINT8: (0, 255),
+    TensorProto.INT16: (-32768, 32767),
+    TensorProto.UINT16: (0, 65535),
+    TensorProto.BOOL: (0, 1),
+    TensorProto.FLOAT16: (0, 65535),
+    TensorProto.BFLOAT16: (0, 65535),
+}
+_TYPED_FIELD = {
+    TensorProto.FLOAT: ("float_data", 1),
+    TensorProto.COMPLEX64: ("float_data", 2),
+    TensorProto.DOUBLE: ("double_data", 1),
+    TensorProto.COMPLEX128: ("double_data", 2),
+    TensorProto.INT64: ("int64_data", 1),
+    TensorProto.UINT32: ("uint64_data", 1),
+    TensorProto.UINT64: ("uint64_data", 1),
+    TensorProto.INT32: ("int32_data", 1),
+    **{k: ("int32_data", 1) for k in _INT32_RANGES},
+}
 
 
 def check_payload(t: onnx.TensorProto, what: str = "initializer") -> None:
@@ -192,14 +218,16 @@ def check_payload(t: onnx.TensorProto, what: str = "initializer") -> None:
         except Exception:
             need = None
         if need is not None and len(t.raw_data) != need:
-            raise ModelLoadError(f"{label}: raw_data holds {len(t.raw_data)} bytes, but shape {dims} of {tname} "
-                                 f"needs {need}")
+            raise ModelLoadError(
+                f"{label}: raw_data holds {len(t.raw_data)} bytes, but shape {dims} of {tname} needs {need}"
+            )
     elif not external and t.data_type in _TYPED_FIELD:
         field, per = _TYPED_FIELD[t.data_type]
         have = len(getattr(t, field))
         if have != count * per:
-            raise ModelLoadError(f"{label}: {field} holds {have} values, but shape {dims} of {tname} "
-                                 f"needs {count * per}")
+            raise ModelLoadError(
+                f"{label}: {field} holds {have} values, but shape {dims} of {tname} needs {count * per}"
+            )
         if t.data_type in _INT32_RANGES and have:
             lo, hi = _INT32_RANGES[t.data_type]
             vals = np.asarray(t.int32_data, np.int64)
@@ -216,8 +244,9 @@ def tensor_to_array(t: onnx.TensorProto, what: str = "initializer") -> np.ndarra
     try:
         return numpy_helper.to_array(t)
     except Exception as exc:
-        raise ModelLoadError(f"{label}: could not decode its data ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+        raise ModelLoadError(
+            f"{label}: could not decode its data ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        ) from None
 
 
 # -- declared types vs inference, and the schemas' type constraints -------------------------------
@@ -268,9 +297,14 @@ def _check_declared(model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) ->
         d, i = vi.type.tensor_type, inf.tensor_type
         d_shape, i_shape = _shape_of(d), _shape_of(i)
         type_bad = bool(d.elem_type and i.elem_type and d.elem_type != i.elem_type)
-        shape_bad = d_shape is not None and i_shape is not None and (
-            len(d_shape) != len(i_shape) or any(a is not None and b is not None and a != b
-                                                for a, b in zip(d_shape, i_shape)))
+        shape_bad = (
+            d_shape is not None
+            and i_shape is not None
+            and (
+                len(d_shape) != len(i_shape)
+                or any(a is not None and b is not None and a != b for a, b in zip(d_shape, i_shape))
+            )
+        )
         if type_bad or shape_bad:
             n = producer.get(vi.name)
             by = ""
@@ -279,8 +313,10 @@ def _check_declared(model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) ->
                 by = f" (output of node {label} ({n.op_type}))"
             what = "graph output" if kind == "output" else "value_info"
             err = ModelLoadError if type_bad else ShapeError
-            raise err(f"{what} '{vi.name}' is declared {_show(d.elem_type, d_shape)}, but onnx inference gives "
-                      f"{_show(i.elem_type, i_shape)}{by}")
+            raise err(
+                f"{what} '{vi.name}' is declared {_show(d.elem_type, d_shape)}, but onnx inference gives "
+                f"{_show(i.elem_type, i_shape)}{by}"
+            )
 
 
 _VARIADIC = onnx.defs.OpSchema.FormalParameterOption.Variadic
@@ -315,19 +351,21 @@ def _check_type_constraints(model: onnx.ModelProto, types: dict[str, onnx.TypePr
                 homogeneous = getattr(p, "is_homogeneous", True)
                 if key not in allowed:  # a literal type such as tensor(int64)
                     if key.startswith("tensor(") and ts != key:
-                        raise ModelLoadError(f"{where}: {role} '{name}' ({p.name}) is {ts}, the operator "
-                                             f"takes {key}")
+                        raise ModelLoadError(f"{where}: {role} '{name}' ({p.name}) is {ts}, the operator takes {key}")
                     continue
                 if ts not in allowed[key]:
                     ok = ", ".join(sorted(a[7:-1] for a in allowed[key] if a.startswith("tensor(")))
-                    raise ModelLoadError(f"{where}: {role} '{name}' ({p.name}) is {ts}, which type {key} does "
-                                         f"not allow (allowed: {ok})")
+                    raise ModelLoadError(
+                        f"{where}: {role} '{name}' ({p.name}) is {ts}, which type {key} does not allow (allowed: {ok})"
+                    )
                 if not homogeneous and i >= len(params) - 1 and p.option == _VARIADIC:
                     continue
                 if key in bound and bound[key][1] != ts:
                     other, ots = bound[key]
-                    raise ModelLoadError(f"{where}: '{other}' is {ots} but {role} '{name}' is {ts}; type "
-                                         f"{key} binds them to one element type")
+                    raise ModelLoadError(
+                        f"{where}: '{other}' is {ots} but {role} '{name}' is {ts}; type "
+                        f"{key} binds them to one element type"
+                    )
                 bound.setdefault(key, (name, ts))
 
 
@@ -339,7 +377,7 @@ def _checker_message(exc: BaseException) -> str:
     first = text.splitlines()[0].strip() if text else type(exc).__name__
     for prefix in ("[ShapeInferenceError] Inference error(s): ", "[TypeInferenceError] Inference error(s): "):
         if first.startswith(prefix):
-            first = first[len(prefix):]
+            first = first[len(prefix) :]
     m = re.match(r"\(op_type:([^,)]+)(?:, node name: ([^)]*))?\):\s*(.*)", first)
     if m:
         op, name, rest = m.group(1), m.group(2), m.group(3)
@@ -362,8 +400,9 @@ def run_checker(model: onnx.ModelProto) -> None:
     except onnx.shape_inference.InferenceError as exc:
         raise ShapeError(f"onnx shape inference rejects the model: {_checker_message(exc)}") from None
     except UnicodeDecodeError:
-        raise ModelLoadError("the ONNX checker rejected the model: a string in the file is not valid UTF-8 "
-                             "(the file is corrupted)") from None
+        raise ModelLoadError(
+            "the ONNX checker rejected the model: a string in the file is not valid UTF-8 (the file is corrupted)"
+        ) from None
     except Exception as exc:  # ValidationError, ValueError, anything else its bindings raise
         raise ModelLoadError(f"the ONNX checker rejected the model: {_checker_message(exc)}") from None
 
@@ -382,15 +421,26 @@ def check_scales(where: str, what: str, scale: np.ndarray, zero_ok: bool = False
     bad = ~np.isfinite(s) | (s < 0) | ((s != 0) & (np.abs(s) < _FLT_MIN)) | ((s == 0) & (not zero_ok))
     if np.any(bad):
         v = float(s[bad][0])
-        kind = ("not finite" if not np.isfinite(v) else "negative" if v < 0 else "zero" if v == 0
-                else "subnormal (below 1.18e-38)")
-        raise UnsupportedError(f"{where}: {what} {v:g} is {kind}; quantization scales must be finite, "
-                               f"positive and normal floats")
+        kind = (
+            "not finite"
+            if not np.isfinite(v)
+            else "negative"
+            if v < 0
+            else "zero"
+            if v == 0
+            else "subnormal (below 1.18e-38)"
+        )
+        raise UnsupportedError(
+            f"{where}: {what} {v:g} is {kind}; quantization scales must be finite, positive and normal floats"
+        )
 
 
 def _scale_inputs(schema: Any, node: onnx.NodeProto) -> list[tuple[int, str]]:
-    return [(i, p.name) for i, p in enumerate(schema.inputs) if i < len(node.input) and node.input[i]
-            and "scale" in p.name.lower()]
+    return [
+        (i, p.name)
+        for i, p in enumerate(schema.inputs)
+        if i < len(node.input) and node.input[i] and "scale" in p.name.lower()
+    ]
 
 
 def check_node_scales(node: onnx.NodeProto, opset: int, where: str, const: Any) -> None:
@@ -410,8 +460,9 @@ def check_node_scales(node: onnx.NodeProto, opset: int, where: str, const: Any) 
             continue
         # the weights' per-channel scale of QLinearMatMul (b_scale) or of a constant's
         # DequantizeLinear may be 0 for an all-zero channel
-        weights = (node.op_type == "QLinearMatMul" and pname == "b_scale") or \
-            (node.op_type == "DequantizeLinear" and const(node.input[0]) is not None)
+        weights = (node.op_type == "QLinearMatMul" and pname == "b_scale") or (
+            node.op_type == "DequantizeLinear" and const(node.input[0]) is not None
+        )
         check_scales(where, pname, value, zero_ok=weights)
 
 

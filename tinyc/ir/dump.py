@@ -1,4 +1,5 @@
 """Readable text dump of a graph (what `tinyc inspect` prints)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -19,16 +20,24 @@ def _fmt_attr(v: Any) -> str:
 
 def layer_stats(graph: Graph) -> list[dict[str, Any]]:
     from tinyc.ops import get_op
+
     rows = []
     for node in graph.nodes:
         opdef = get_op(node.op)
-        rows.append({
-            "name": node.name, "source": node.source or node.name, "op": node.op,
-            "inputs": [graph.tensor(i).shape if i else None for i in node.inputs if i and not graph.tensor(i).is_constant],
-            "output_shape": [list(graph.tensor(o).shape) for o in node.outputs if o],
-            "params": opdef.params(node, graph), "macs": opdef.macs(node, graph),
-            "attrs": {k: v for k, v in node.attrs.items()},
-        })
+        rows.append(
+            {
+                "name": node.name,
+                "source": node.source or node.name,
+                "op": node.op,
+                "inputs": [
+                    graph.tensor(i).shape if i else None for i in node.inputs if i and not graph.tensor(i).is_constant
+                ],
+                "output_shape": [list(graph.tensor(o).shape) for o in node.outputs if o],
+                "params": opdef.params(node, graph),
+                "macs": opdef.macs(node, graph),
+                "attrs": {k: v for k, v in node.attrs.items()},
+            }
+        )
     return rows
 
 

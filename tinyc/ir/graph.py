@@ -3,17 +3,29 @@
 Deliberately small: a Graph owns Tensors (by name) and an ordered list of Nodes. Nodes refer
 to tensors by name so passes can rewire edges without chasing object references.
 """
+
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import numpy as np
 
 DTYPE_BYTES = {
-    "float32": 4, "float64": 8, "float16": 2, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2,
-    "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "bool": 1,
+    "float32": 4,
+    "float64": 8,
+    "float16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "bool": 1,
 }
 
 
@@ -99,6 +111,7 @@ class Graph:
         data = np.ascontiguousarray(data).reshape(data.shape)  # ascontiguousarray makes 0-d arrays 1-d
         if str(data.dtype) not in DTYPE_BYTES:
             from tinyc.errors import UnsupportedError
+
             raise UnsupportedError(f"constant '{name}' has unsupported element type {data.dtype}")
         self.add_tensor(Tensor(name, tuple(int(d) for d in data.shape), str(data.dtype), data))
         return name
@@ -167,11 +180,16 @@ class Graph:
             visit(n)
         self.nodes = ordered
 
-    def copy(self) -> "Graph":
+    def copy(self) -> Graph:
         return Graph(
             self.name,
             {k: dataclasses.replace(v) for k, v in self.tensors.items()},
-            [dataclasses.replace(n, inputs=list(n.inputs), outputs=list(n.outputs), attrs=dict(n.attrs))
-             for n in self.nodes],
-            list(self.inputs), list(self.outputs), dict(self.io_layout), list(self.output_names),
+            [
+                dataclasses.replace(n, inputs=list(n.inputs), outputs=list(n.outputs), attrs=dict(n.attrs))
+                for n in self.nodes
+            ],
+            list(self.inputs),
+            list(self.outputs),
+            dict(self.io_layout),
+            list(self.output_names),
         )

@@ -9,12 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tinyc.memory.planner import (
-    Buffer,
-    MemoryPlan,
-    legal_inplace_target,
-    validate_buffers,
-)
+from tinyc.memory.planner import Buffer, MemoryPlan, legal_inplace_target, validate_buffers
 
 __all__ = ["PlanError", "check_plan"]
 
@@ -80,11 +75,9 @@ def check_plan(buffers: Sequence[Buffer], plan: MemoryPlan, alignment: int = 16)
                 if oa == ob:
                     continue
                 raise PlanError(
-                    f"in-place pair {_describe(a, oa)} and {_describe(b, ob)} overlap "
-                    "but do not share a start offset"
+                    f"in-place pair {_describe(a, oa)} and {_describe(b, ob)} overlap but do not share a start offset"
                 )
             raise PlanError(
-                f"buffers {_describe(a, oa)} and {_describe(b, ob)} are live at the "
-                "same step and overlap in memory"
+                f"buffers {_describe(a, oa)} and {_describe(b, ob)} are live at the same step and overlap in memory"
             )
         active.append(b)

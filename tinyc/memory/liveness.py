@@ -1,4 +1,5 @@
 """From an ordered graph to planner buffers: who lives when, who may share, who needs scratch."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ class MemoryLayout:
 
     plan: MemoryPlan
     buffers: list[Buffer]
-    tensor_buffer: dict[str, str]            # tensor name -> buffer name (alias ops share one)
+    tensor_buffer: dict[str, str]  # tensor name -> buffer name (alias ops share one)
     scratch: dict[str, str] = field(default_factory=dict)  # node name -> scratch buffer name
 
     @property
@@ -43,7 +44,9 @@ def _aligned(n: int) -> int:
     return max(ALIGNMENT, (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT)
 
 
-def build_buffers(graph: Graph, schedules: dict[str, dict[str, Any]]) -> tuple[list[Buffer], dict[str, str], dict[str, str]]:
+def build_buffers(
+    graph: Graph, schedules: dict[str, dict[str, Any]]
+) -> tuple[list[Buffer], dict[str, str], dict[str, str]]:
     """Liveness over the node order. Step s is node s; graph inputs are live from step 0 and
     graph outputs until the last step (they are copied out after the run)."""
     n_steps = max(1, len(graph.nodes))
@@ -78,9 +81,14 @@ def build_buffers(graph: Graph, schedules: dict[str, dict[str, Any]]) -> tuple[l
             else:
                 tensor_buffer[out] = out
                 sizes[out] = graph.tensor(out).nbytes
-                if (opdef.inplace and j == 0 and src and not graph.tensor(src).is_constant
-                        and graph.tensor(src).nbytes == graph.tensor(out).nbytes
-                        and src not in graph.inputs):
+                if (
+                    opdef.inplace
+                    and j == 0
+                    and src
+                    and not graph.tensor(src).is_constant
+                    and graph.tensor(src).nbytes == graph.tensor(out).nbytes
+                    and src not in graph.inputs
+                ):
                     inplace[out] = tensor_buffer[src]
             touch(tensor_buffer[out], step)
         extra = opdef.scratch_bytes(node, graph, schedules.get(node.name, {}))

@@ -200,16 +200,16 @@ def lower_bound_bytes(buffers: Sequence[Buffer], alignment: int = 16) -> int:
 class _Problem:
     """Placement problem over groups; all sizes in alignment units."""
 
-    bufs: list[Buffer]                 # sorted by name (permutation invariant)
-    groups: list[list[int]]            # buffer indices per group, chain order
-    size: list[int]                    # group footprint: max member units
-    first: list[int]                   # group span start
-    last: list[int]                    # group span end
+    bufs: list[Buffer]  # sorted by name (permutation invariant)
+    groups: list[list[int]]  # buffer indices per group, chain order
+    size: list[int]  # group footprint: max member units
+    first: list[int]  # group span start
+    last: list[int]  # group span end
     # adj[g] = [(h, need_g, need_h)]: when both are placed, either
     # off[g] + need_g <= off[h] or off[h] + need_h <= off[g].
     adj: list[list[tuple[int, int, int]]]
-    peak: list[int]                    # max live units during the group's span
-    conflict_units: list[int]          # own size + neighbours' sizes (crowding)
+    peak: list[int]  # max live units during the group's span
+    conflict_units: list[int]  # own size + neighbours' sizes (crowding)
 
 
 def _build_groups(bufs: list[Buffer], by_name: dict[str, Buffer]) -> list[list[int]]:
@@ -234,12 +234,7 @@ def _build_groups(bufs: list[Buffer], by_name: dict[str, Buffer]) -> list[list[i
         ga, gb = group_of[a], group_of[b]
         if ga == gb or chains[ga][-1] != a or chains[gb][0] != b:
             continue  # a already hosts another output, or would form a cycle
-        if any(
-            _intervals_intersect(bufs[x], bufs[y])
-            for x in chains[ga]
-            for y in chains[gb]
-            if (x, y) != (a, b)
-        ):
+        if any(_intervals_intersect(bufs[x], bufs[y]) for x in chains[ga] for y in chains[gb] if (x, y) != (a, b)):
             continue
         chains[ga] = chains[ga] + chains[gb]
         for y in chains[gb]:
@@ -294,8 +289,7 @@ def _build_problem(buffers: Sequence[Buffer], alignment: int) -> _Problem:
         delta[bisect_right(steps, last[g])] -= size[g]
     live_at = list(accumulate(delta[:-1]))
     peak = [
-        max(live_at[bisect_left(steps, first[g]) : bisect_right(steps, last[g])], default=size[g])
-        for g in range(n)
+        max(live_at[bisect_left(steps, first[g]) : bisect_right(steps, last[g])], default=size[g]) for g in range(n)
     ]
     conflict_units = [size[g] + sum(nh for _, _, nh in adj[g]) for g in range(n)]
     return _Problem(bufs, groups, size, first, last, adj, peak, conflict_units)
@@ -329,11 +323,7 @@ def _first_fit(g: int, off: list[int], prob: _Problem) -> int:
 
 
 def _place(
-    order: list[int],
-    prob: _Problem,
-    start: int = 0,
-    off: list[int] | None = None,
-    prefix_top: list[int] | None = None,
+    order: list[int], prob: _Problem, start: int = 0, off: list[int] | None = None, prefix_top: list[int] | None = None
 ) -> tuple[list[int], list[int]]:
     """Place groups in ``order``; returns offsets and running max top.
 
@@ -378,10 +368,7 @@ def _order_by_conflict(p: _Problem) -> list[int]:
     plain size order on graphs with skip connections, where a small long-lived
     tensor would otherwise land on top of a big short-lived one.
     """
-    return sorted(
-        range(len(p.size)),
-        key=lambda g: (-p.peak[g], -p.conflict_units[g], -p.size[g], p.first[g], g),
-    )
+    return sorted(range(len(p.size)), key=lambda g: (-p.peak[g], -p.conflict_units[g], -p.size[g], p.first[g], g))
 
 
 def _order_by_start(p: _Problem) -> list[int]:
@@ -391,10 +378,7 @@ def _order_by_start(p: _Problem) -> list[int]:
 
 def _order_by_area(p: _Problem) -> list[int]:
     """Size x lifetime: long, big tensors are the hardest to fit later."""
-    return sorted(
-        range(len(p.size)),
-        key=lambda g: (-p.size[g] * (p.last[g] - p.first[g] + 1), -p.size[g], g),
-    )
+    return sorted(range(len(p.size)), key=lambda g: (-p.size[g] * (p.last[g] - p.first[g] + 1), -p.size[g], g))
 
 
 # Each greedy strategy is a placement order; all place by first fit.
@@ -417,11 +401,7 @@ _HILL_MIN_ITERS = 20
 _HILL_SEED = 0x7C_0FFEE
 
 
-def _hill_climb(
-    p: _Problem,
-    order: list[int],
-    lower_units: int,
-) -> tuple[list[int], int]:
+def _hill_climb(p: _Problem, order: list[int], lower_units: int) -> tuple[list[int], int]:
     """Seeded local search over placement orders (TVM-style hill climb).
 
     Each step moves a group that touches the arena top, or a random group,

@@ -2,6 +2,7 @@
 
 `load_all()` imports every module in this package, so adding an op is adding a file.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -35,5 +36,4 @@ def load_all() -> None:
         _LOADED = True
 
 
-__all__ = ["OpDef", "all_ops", "get_op", "load_all", "onnx_op", "register", "register_instance",
-           "supported_onnx_ops"]
+__all__ = ["OpDef", "all_ops", "get_op", "load_all", "onnx_op", "register", "register_instance", "supported_onnx_ops"]

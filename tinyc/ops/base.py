@@ -4,9 +4,11 @@ An operator lives in one module under ``tinyc/ops`` (plus its kernel template un
 ``templates/kernels``): how it is imported from ONNX, its shape rule, its numpy reference,
 its MAC count, its schedule knobs and scratch size. Adding an op touches nothing else.
 """
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -19,29 +21,37 @@ if TYPE_CHECKING:
 OutputType = tuple[tuple[int, ...], str]  # (shape, dtype)
 
 CTYPES = {
-    "float32": "float", "float64": "double", "int8": "int8_t", "uint8": "uint8_t",
-    "int16": "int16_t", "uint16": "uint16_t", "int32": "int32_t", "uint32": "uint32_t",
-    "int64": "int64_t", "uint64": "uint64_t", "bool": "uint8_t",
+    "float32": "float",
+    "float64": "double",
+    "int8": "int8_t",
+    "uint8": "uint8_t",
+    "int16": "int16_t",
+    "uint16": "uint16_t",
+    "int32": "int32_t",
+    "uint32": "uint32_t",
+    "int64": "int64_t",
+    "uint64": "uint64_t",
+    "bool": "uint8_t",
 }
 
 
 class OpDef:
     """Base class: override what the op needs; defaults suit a simple shape-preserving op."""
 
-    op: str = ""                       # tinyc IR op name
-    onnx_ops: tuple[str, ...] = ()     # ONNX op types this definition imports
-    ms_ops: tuple[str, ...] = ()       # com.microsoft op types it imports (onnxruntime's QLinear* family)
-    template: str | None = None        # kernel template file (templates/kernels/...), None: no code
-    inplace: bool = False              # output may overwrite input 0 (same byte size, elementwise)
-    alias: bool = False                # output *is* input 0 reinterpreted (reshape-like): no code
+    op: str = ""  # tinyc IR op name
+    onnx_ops: tuple[str, ...] = ()  # ONNX op types this definition imports
+    ms_ops: tuple[str, ...] = ()  # com.microsoft op types it imports (onnxruntime's QLinear* family)
+    template: str | None = None  # kernel template file (templates/kernels/...), None: no code
+    inplace: bool = False  # output may overwrite input 0 (same byte size, elementwise)
+    alias: bool = False  # output *is* input 0 reinterpreted (reshape-like): no code
     dtypes: tuple[str, ...] = ("float32",)  # element types the kernel accepts on input 0
 
     # -- import ---------------------------------------------------------------------------
-    def import_onnx(self, ctx: "ImportContext") -> Node | list[Node]:
+    def import_onnx(self, ctx: ImportContext) -> Node | list[Node]:
         """Turn one ONNX node into IR node(s); constant inputs that configure the op become attrs."""
         return ctx.make_node(self.op)
 
-    def require_dtype(self, ctx: "ImportContext") -> None:
+    def require_dtype(self, ctx: ImportContext) -> None:
         """Refuse at import, naming the node, an input 0 element type the kernel lacks."""
         if ctx.dtype(0) not in self.dtypes:
             ctx.unsupported(f"element type {ctx.dtype(0)} (supported: {', '.join(self.dtypes)})")
@@ -96,7 +106,8 @@ class OpDef:
             if name and graph.tensor(name).dtype not in self.dtypes:
                 raise UnsupportedError(
                     f"node '{node.source or node.name}' ({node.op}): element type "
-                    f"{graph.tensor(name).dtype} is not supported (supported: {', '.join(self.dtypes)})")
+                    f"{graph.tensor(name).dtype} is not supported (supported: {', '.join(self.dtypes)})"
+                )
 
 
 class AxisPermutable:
@@ -128,6 +139,7 @@ def _map_onnx_names(inst: OpDef) -> None:
 
 def register(cls: type[OpDef] | None = None, **overrides: Any) -> Any:
     """Class decorator: instantiate and register an OpDef (overrides set class attributes)."""
+
     def wrap(c: type[OpDef]) -> type[OpDef]:
         inst = c()
         for k, v in overrides.items():
@@ -137,6 +149,7 @@ def register(cls: type[OpDef] | None = None, **overrides: Any) -> Any:
         _REGISTRY[inst.op] = inst
         _map_onnx_names(inst)
         return c
+
     return wrap(cls) if cls is not None else wrap
 
 
@@ -151,6 +164,7 @@ def register_instance(inst: OpDef) -> OpDef:
 
 def get_op(op: str) -> OpDef:
     from tinyc.ops import load_all
+
     load_all()
     try:
         return _REGISTRY[op]
@@ -161,6 +175,7 @@ def get_op(op: str) -> OpDef:
 def onnx_op(op_type: str, domain: str = "") -> OpDef | None:
     """The OpDef importing `op_type` of `domain` (default ONNX, or com.microsoft), or None."""
     from tinyc.ops import load_all
+
     load_all()
     if domain in ("", "ai.onnx"):
         return _ONNX_MAP.get(op_type)
@@ -171,12 +186,14 @@ def onnx_op(op_type: str, domain: str = "") -> OpDef | None:
 
 def all_ops() -> dict[str, OpDef]:
     from tinyc.ops import load_all
+
     load_all()
     return dict(_REGISTRY)
 
 
 def supported_onnx_ops() -> list[str]:
     from tinyc.ops import load_all
+
     load_all()
     return sorted(_ONNX_MAP)
 

@@ -1,5 +1,6 @@
 """BatchNormalization (inference): imported as a per-channel affine y = x * scale + shift.
 Usually folded into the preceding Conv/Gemm by the passes; this kernel handles the rest."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -28,7 +29,7 @@ class ChannelAffine(OpDef):
         gamma, beta = ctx.require_const(1, "scale"), ctx.require_const(2, "bias")
         mean, var = ctx.require_const(3, "mean"), ctx.require_const(4, "var")
         eps = float(ctx.attr("epsilon", 1e-5))
-        scale = (gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps))
+        scale = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
         shift = beta.astype(np.float64) - mean.astype(np.float64) * scale
         s = ctx.add_constant("scale", scale.astype(np.float32))
         b = ctx.add_constant("shift", shift.astype(np.float32))
@@ -50,4 +51,4 @@ class ChannelAffine(OpDef):
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         shape = graph.tensor(node.inputs[0]).shape
         ax = node.attrs["axis"]
-        return dict(outer=int(np.prod(shape[:ax])), C=int(shape[ax]), inner=int(np.prod(shape[ax + 1:])))
+        return dict(outer=int(np.prod(shape[:ax])), C=int(shape[ax]), inner=int(np.prod(shape[ax + 1 :])))

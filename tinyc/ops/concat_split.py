@@ -1,6 +1,7 @@
 """Concat and Split: copies of contiguous row chunks. Viewed as [outer][axis...], each input
 (output) owns a fixed column range of every output (input) row, so both are `outer` loops of
 contiguous copies. Any dtype (they only move elements)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -72,8 +73,9 @@ class Concat(OpDef):
         for k, name in enumerate(node.inputs):
             t = graph.tensor(name)
             if t.is_constant:
-                node.inputs[k] = graph.add_constant(graph.unique_name(f"{name}_perm"),
-                                                    np.ascontiguousarray(np.transpose(t.data, inv)))
+                node.inputs[k] = graph.add_constant(
+                    graph.unique_name(f"{name}_perm"), np.ascontiguousarray(np.transpose(t.data, inv))
+                )
         node.attrs["axis"] = perm[node.attrs["axis"]]
         return True
 
@@ -152,7 +154,7 @@ class Split(AxisPermutable, OpDef):
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         ax = node.attrs["axis"]
         shape = graph.tensor(node.inputs[0]).shape
-        inner = _prod(shape[ax + 1:])
+        inner = _prod(shape[ax + 1 :])
         parts = []
         off = 0
         for k, (name, s) in enumerate(zip(node.outputs, node.attrs["sizes"])):

@@ -3,6 +3,7 @@
 Imported in ONNX's NCHW form; the layout pass turns it into channels-last (NHWC / NWC) with
 weights as [KH, KW, IC/groups, OC] — the form the C kernels (and Cortex-M int8 kernels) want.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -13,8 +14,9 @@ from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, OutputType, register
 
 
-def check_window(ctx: Any, in_spatial: tuple[int, ...] | list[int], kernel: list[int], strides: list[int],
-                 dilations: list[int]) -> None:
+def check_window(
+    ctx: Any, in_spatial: tuple[int, ...] | list[int], kernel: list[int], strides: list[int], dilations: list[int]
+) -> None:
     """The shape rule ONNX (and onnxruntime) apply to a sliding window (Conv, ConvTranspose, pools):
     one kernel size, stride and dilation per spatial dim, each >= 1."""
     n = len(in_spatial)
@@ -25,8 +27,9 @@ def check_window(ctx: Any, in_spatial: tuple[int, ...] | list[int], kernel: list
             ctx.invalid(f"{what} {list(v)} must be >= 1")
 
 
-def resolve_pads(ctx: Any, in_spatial: tuple[int, ...], kernel: list[int], strides: list[int],
-                 dilations: list[int]) -> list[int]:
+def resolve_pads(
+    ctx: Any, in_spatial: tuple[int, ...], kernel: list[int], strides: list[int], dilations: list[int]
+) -> list[int]:
     """Explicit pads [begin..., end...] from `pads` or `auto_pad` (SAME_UPPER/SAME_LOWER/VALID),
     after checking the window (``check_window``), the pads (2 per spatial dim, >= 0, never with
     auto_pad) and that the dilated kernel fits the padded input (else the output is empty)."""
@@ -37,14 +40,17 @@ def resolve_pads(ctx: Any, in_spatial: tuple[int, ...], kernel: list[int], strid
         span = (int(kernel[i]) - 1) * int(dilations[i]) + 1
         padded = int(in_spatial[i]) + pads[i] + pads[i + n]
         if span > padded:
-            ctx.invalid(f"the kernel spans {span} along spatial dim {i} (kernel {kernel[i]}, dilation "
-                        f"{dilations[i]}), more than the padded input ({in_spatial[i]} + pads {pads[i]}+{pads[i + n]} "
-                        f"= {padded}): the output would be empty")
+            ctx.invalid(
+                f"the kernel spans {span} along spatial dim {i} (kernel {kernel[i]}, dilation "
+                f"{dilations[i]}), more than the padded input ({in_spatial[i]} + pads {pads[i]}+{pads[i + n]} "
+                f"= {padded}): the output would be empty"
+            )
     return pads
 
 
-def _resolve_pads(ctx: Any, in_spatial: tuple[int, ...], kernel: list[int], strides: list[int],
-                  dilations: list[int]) -> list[int]:
+def _resolve_pads(
+    ctx: Any, in_spatial: tuple[int, ...], kernel: list[int], strides: list[int], dilations: list[int]
+) -> list[int]:
     n = len(kernel)
     auto = ctx.attr("auto_pad", "NOTSET")
     explicit = ctx.attr("pads")
@@ -85,8 +91,10 @@ def check_conv_weights(ctx: Any, xs: tuple[int, ...], ws: tuple[int, ...], wi: i
     if C % group or M % group:
         ctx.invalid(f"group {group} must divide the input channels ({C}) and the output channels ({M})")
     if int(ws[1]) * group != C:
-        ctx.invalid(f"weights of shape {list(ws)} have {ws[1]} input channels per group, the input has "
-                    f"{C} / group {group} = {C // group}")
+        ctx.invalid(
+            f"weights of shape {list(ws)} have {ws[1]} input channels per group, the input has "
+            f"{C} / group {group} = {C // group}"
+        )
     k = ctx.attr("kernel_shape")
     if k is not None and [int(v) for v in k] != [int(v) for v in ws[2:]]:
         ctx.invalid(f"kernel_shape {list(k)} differs from the weights' kernel {list(ws[2:])}")
@@ -104,8 +112,15 @@ def conv_out_size(size: int, k: int, s: int, d: int, pb: int, pe: int, ceil_mode
     return (-(-span // s) if ceil_mode else span // s) + 1
 
 
-def conv_nchw_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: list[int],
-                        pads: list[int], dilations: list[int], group: int) -> np.ndarray:
+def conv_nchw_reference(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None,
+    strides: list[int],
+    pads: list[int],
+    dilations: list[int],
+    group: int,
+) -> np.ndarray:
     """Direct float64 convolution in NCHW/NCW (weights [OC, IC/g, *K])."""
     n_sp = x.ndim - 2
     pad_width = [(0, 0), (0, 0)] + [(pads[i], pads[i + n_sp]) for i in range(n_sp)]
@@ -115,8 +130,9 @@ def conv_nchw_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stri
     icg = C // group
     ocg = OC // group
     k = w.shape[2:]
-    out_sp = [conv_out_size(x.shape[2 + i], k[i], strides[i], dilations[i], pads[i], pads[i + n_sp])
-              for i in range(n_sp)]
+    out_sp = [
+        conv_out_size(x.shape[2 + i], k[i], strides[i], dilations[i], pads[i], pads[i + n_sp]) for i in range(n_sp)
+    ]
     y = np.zeros((N, OC, *out_sp), np.float64)
     wd = w.astype(np.float64)
     for kidx in np.ndindex(*k):
@@ -126,9 +142,9 @@ def conv_nchw_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stri
             sl.append(slice(start, start + (out_sp[i] - 1) * strides[i] + 1, strides[i]))
         patch = xp[tuple(sl)]  # N, C, *out
         for g in range(group):
-            pg = patch[:, g * icg:(g + 1) * icg]
+            pg = patch[:, g * icg : (g + 1) * icg]
             wg = wd[(slice(g * ocg, (g + 1) * ocg), slice(None), *kidx)]  # ocg, icg
-            y[:, g * ocg:(g + 1) * ocg] += np.einsum("nc...,oc->no...", pg, wg)
+            y[:, g * ocg : (g + 1) * ocg] += np.einsum("nc...,oc->no...", pg, wg)
     if b is not None:
         y += b.astype(np.float64).reshape(1, OC, *([1] * n_sp))
     return y.astype(x.dtype)
@@ -164,13 +180,17 @@ def grid_knobs() -> dict[str, list[Any]]:
 
 
 def grid_knob_target(knob: str, value: Any, grid_only: tuple[tuple[str, Any], ...] = ()) -> str | None:
-    """"opencl" for the knob values only the OpenCL target runs (``OpDef.knob_isa``): the "grid"
+    """ "opencl" for the knob values only the OpenCL target runs (``OpDef.knob_isa``): the "grid"
     variant, vectors and local memory. They render as valid C too (serial loops, lane loops, no
     staging), but the C targets' own variants are faster there, so defaults and tuning spaces
     of other targets never offer them. `grid_only`: (knob, value) pairs of an op that only its
     grid variant reads beyond a first, neutral value (the matmuls' "columns_outer")."""
-    if (knob == "variant" and value == "grid") or (knob == "vec" and value != 1) or \
-            (knob == "local_mem" and value) or (knob, value) in grid_only:
+    if (
+        (knob == "variant" and value == "grid")
+        or (knob == "vec" and value != 1)
+        or (knob == "local_mem" and value)
+        or (knob, value) in grid_only
+    ):
         return "opencl"
     return None
 
@@ -196,8 +216,14 @@ GRID_MAX_ACC = 128
 GRID_ORDERS = {"conv": ("pixels_outer", "channels_outer"), "matmul": ("rows_outer", "columns_outer")}
 
 
-def grid_canonical(sched: dict[str, Any], keys: tuple[str, str], ch: int, row_tiles: list[int],
-                   vector_ok: bool = True, family: str = "conv") -> dict[str, Any]:
+def grid_canonical(
+    sched: dict[str, Any],
+    keys: tuple[str, str],
+    ch: int,
+    row_tiles: list[int],
+    vector_ok: bool = True,
+    family: str = "conv",
+) -> dict[str, Any]:
     """A "grid" schedule as the kernel runs it, so equal kernels have one name: only the knobs it
     reads (`keys`: the channel and row tile knobs, vec, local_mem, and loop_order without local
     memory, whose work-groups always share a channel tile); the row tile cut to the largest of
@@ -208,8 +234,13 @@ def grid_canonical(sched: dict[str, Any], keys: tuple[str, str], ch: int, row_ti
     j = max(1, int(sched.get(rk, 1)))
     if t * j > GRID_MAX_ACC:
         j = max([r for r in row_tiles if r * t <= GRID_MAX_ACC] or [min(row_tiles)])
-    out = {"variant": "grid", ck: int(sched.get(ck, 1)), rk: j,
-           "vec": grid_vec(sched.get("vec", 1), t) if vector_ok else 1, "local_mem": int(sched.get("local_mem", 0))}
+    out = {
+        "variant": "grid",
+        ck: int(sched.get(ck, 1)),
+        rk: j,
+        "vec": grid_vec(sched.get("vec", 1), t) if vector_ok else 1,
+        "local_mem": int(sched.get("local_mem", 0)),
+    }
     if not out["local_mem"]:
         orders = GRID_ORDERS[family]
         out["loop_order"] = sched["loop_order"] if sched.get("loop_order") in orders else orders[0]
@@ -237,12 +268,24 @@ def grid_conv_context(m: dict[str, int], sched: dict[str, Any], wbytes: int, row
     T = max(1, min(canon["oc_tile"], ch))
     J = max(1, min(canon["px_tile"], m["N"] * m["OH"] * m["OW"]))
     local = bool(canon["local_mem"])
-    qc, icc = grid_chunk(1 if dw else m["ICG"], m["KH"] * m["KW"], T * wbytes) if local else \
-        (m["KH"] * m["KW"], 1 if dw else m["ICG"])
-    rows = (qc if dw else (qc * icc if icc == m["ICG"] else icc))
-    return dict(CH=ch, T=T, J=J, V=canon["vec"], local=local, QC=qc, ICC=icc,
-                local_bytes=rows * T * wbytes if local else 0, local_size=int(sched.get("local_size", 0)),
-                pixels_fast=canon.get("loop_order") == GRID_ORDERS["conv"][1])
+    qc, icc = (
+        grid_chunk(1 if dw else m["ICG"], m["KH"] * m["KW"], T * wbytes)
+        if local
+        else (m["KH"] * m["KW"], 1 if dw else m["ICG"])
+    )
+    rows = qc if dw else (qc * icc if icc == m["ICG"] else icc)
+    return dict(
+        CH=ch,
+        T=T,
+        J=J,
+        V=canon["vec"],
+        local=local,
+        QC=qc,
+        ICC=icc,
+        local_bytes=rows * T * wbytes if local else 0,
+        local_size=int(sched.get("local_size", 0)),
+        pixels_fast=canon.get("loop_order") == GRID_ORDERS["conv"][1],
+    )
 
 
 #: Work-items the OpenCL defaults aim for at least, where a layer has them: a few per SIMD lane
@@ -257,8 +300,10 @@ def grid_default_tiles(ch: int, rows: int, groups: int, tiles: list[int], row_ti
     weight vector (a 4 x 16 register tile, as GPU GEMM micro-tiles are), fewer rows and then
     narrower vectors (down to 4) while the layer would have fewer than GRID_MIN_ITEMS
     work-items. A tile that does not divide the channels overlaps its neighbour (grid.j2)."""
+
     def items(t: int, j: int) -> int:
         return groups * -(-ch // t) * -(-rows // j)
+
     t = ch if ch <= 16 and ch in tiles else max([v for v in tiles if v <= 16] or [1])
     j = next((r for r in (4, 2) if r in row_tiles and items(t, r) >= GRID_MIN_ITEMS), 1)
     while j == 1 and t > 4 and items(t, 1) < GRID_MIN_ITEMS and any(v < t and v >= 4 for v in tiles):
@@ -275,8 +320,15 @@ def grid_conv_default(m: dict[str, int], ks: dict[str, list[Any]]) -> dict[str, 
     dw = m["ICG"] == 1 and m["G"] > 1
     ch = m["OC"] if dw else m["OCG"]
     t, j, vec = grid_default_tiles(ch, m["N"] * m["OH"] * m["OW"], 1 if dw else m["G"], ks["oc_tile"], ks["px_tile"])
-    return {"variant": "grid", "oc_tile": t, "px_tile": j, "vec": vec if not dw or m["OCG"] == 1 else 1,
-            "local_mem": 0, "loop_order": "pixels_outer", "local_size": 64}
+    return {
+        "variant": "grid",
+        "oc_tile": t,
+        "px_tile": j,
+        "vec": vec if not dw or m["OCG"] == 1 else 1,
+        "local_mem": 0,
+        "loop_order": "pixels_outer",
+        "local_size": 64,
+    }
 
 
 def apply_activation(node: Node, y: np.ndarray) -> np.ndarray:
@@ -284,6 +336,7 @@ def apply_activation(node: Node, y: np.ndarray) -> np.ndarray:
     if not act:
         return y
     from tinyc.ops.base import get_op
+
     return get_op(act["op"]).apply(act.get("attrs", {}), y)  # type: ignore[attr-defined]
 
 
@@ -318,8 +371,9 @@ class Conv(OpDef):
                 ctx.unsupported("bias must be constant")
         else:
             ins.append(ctx.add_constant("bias", np.zeros(w.shape[0], np.float32)))
-        return ctx.make_node("Conv", inputs=ins, kernel=kernel, strides=strides, pads=pads, dilations=dil,
-                             group=group, layout="NCHW")
+        return ctx.make_node(
+            "Conv", inputs=ins, kernel=kernel, strides=strides, pads=pads, dilations=dil, group=group, layout="NCHW"
+        )
 
     # -- shapes ---------------------------------------------------------------------------
     def _dims(self, node: Node, graph: Graph) -> dict[str, int]:
@@ -340,13 +394,33 @@ class Conv(OpDef):
             sp, k, s, d, pb, pe = [1] + sp, [1] + k, [1] + s, [1] + d, [0] + pb, [0] + pe
         out = [conv_out_size(sp[i], k[i], s[i], d[i], pb[i], pe[i]) for i in range(2)]
         g = a["group"]
-        return dict(N=N, C=C, H=sp[0], W=sp[1], OC=OC, KH=k[0], KW=k[1], SH=s[0], SW=s[1], DH=d[0], DW=d[1],
-                    PT=pb[0], PL=pb[1], PB=pe[0], PR=pe[1], OH=out[0], OW=out[1], G=g, ICG=C // g, OCG=OC // g)
+        return dict(
+            N=N,
+            C=C,
+            H=sp[0],
+            W=sp[1],
+            OC=OC,
+            KH=k[0],
+            KW=k[1],
+            SH=s[0],
+            SW=s[1],
+            DH=d[0],
+            DW=d[1],
+            PT=pb[0],
+            PL=pb[1],
+            PB=pe[0],
+            PR=pe[1],
+            OH=out[0],
+            OW=out[1],
+            G=g,
+            ICG=C // g,
+            OCG=OC // g,
+        )
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         m = self._dims(node, graph)
         n = len(node.attrs["kernel"])
-        sp = [m["OH"], m["OW"]][2 - n:]
+        sp = [m["OH"], m["OW"]][2 - n :]
         if node.attrs["layout"] == "NCHW":
             return [((m["N"], m["OC"], *sp), "float32")]
         return [((m["N"], *sp, m["OC"]), "float32")]
@@ -360,8 +434,8 @@ class Conv(OpDef):
         x, w, b = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
         if a["layout"] != "NCHW":
             x = np.moveaxis(x, -1, 1)
-            w = np.moveaxis(w, -1, 0)                    # [OC, *K, ICg]
-            w = np.moveaxis(w, -1, 1)                    # [OC, ICg, *K]
+            w = np.moveaxis(w, -1, 0)  # [OC, *K, ICg]
+            w = np.moveaxis(w, -1, 1)  # [OC, ICg, *K]
         y = conv_nchw_reference(x, w, b, a["strides"], a["pads"], a["dilations"], a["group"])
         if a["layout"] != "NCHW":
             y = np.moveaxis(y, 1, -1)
@@ -382,22 +456,32 @@ class Conv(OpDef):
         if ch < 32 and ch not in oc_tiles:
             oc_tiles.insert(0, ch)
         ow_tiles = [t for t in (8, 6, 5, 4, 3, 2, 1) if t <= m["OW"]]
-        return {"variant": ["depthwise" if depthwise else "direct", "grid"], "oc_tile": oc_tiles,
-                "ow_tile": ow_tiles, "loop_order": ["pixels_outer", "channels_outer"],
-                "px_tile": grid_row_tiles(m["N"] * m["OH"] * m["OW"]), **grid_knobs()}
+        return {
+            "variant": ["depthwise" if depthwise else "direct", "grid"],
+            "oc_tile": oc_tiles,
+            "ow_tile": ow_tiles,
+            "loop_order": ["pixels_outer", "channels_outer"],
+            "px_tile": grid_row_tiles(m["N"] * m["OH"] * m["OW"]),
+            **grid_knobs(),
+        }
 
     def knob_isa(self, knob: str, value: Any) -> str | None:
         return grid_knob_target(knob, value)
 
     def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
-        """"grid" reads oc_tile, px_tile, vec, local_mem, loop_order; the C variants oc_tile,
+        """ "grid" reads oc_tile, px_tile, vec, local_mem, loop_order; the C variants oc_tile,
         ow_tile, loop_order."""
         if schedule.get("variant") == "grid":
             m = self._dims(node, graph)
             dw = m["ICG"] == 1 and m["G"] > 1
             ch = m["OC"] if dw else m["OCG"]
-            return grid_canonical(schedule, ("oc_tile", "px_tile"), ch, self.knobs(node, graph)["px_tile"],
-                                  vector_ok=not dw or m["OCG"] == 1)
+            return grid_canonical(
+                schedule,
+                ("oc_tile", "px_tile"),
+                ch,
+                self.knobs(node, graph)["px_tile"],
+                vector_ok=not dw or m["OCG"] == 1,
+            )
         return {k: v for k, v in schedule.items() if k not in ("px_tile", "vec", "local_mem")}
 
     def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
@@ -409,8 +493,12 @@ class Conv(OpDef):
         if target == "opencl":
             return grid_conv_default(m, ks)
         # a width that leaves a tail tile counts 3/4: tail tiles are narrower, so slower
-        pairs = [(j * t * (1.0 if m["OW"] % j == 0 else 0.75), t, j)
-                 for t in ks["oc_tile"] for j in ks["ow_tile"] if j * t <= 160]
+        pairs = [
+            (j * t * (1.0 if m["OW"] % j == 0 else 0.75), t, j)
+            for t in ks["oc_tile"]
+            for j in ks["ow_tile"]
+            if j * t <= 160
+        ]
         _, oc_tile, ow_tile = max(pairs) if pairs else (1, ks["oc_tile"][-1], 1)
         # Weights beyond ~256 KB (a typical L2 share) are re-read from memory for every pixel
         # tile in pixel-major order; channel-major keeps one channel tile's weights cached
@@ -433,12 +521,20 @@ class Conv(OpDef):
         m = self._dims(node, graph)
         if node.attrs["layout"] != "NHWC":
             from tinyc.errors import UnsupportedError
+
             raise UnsupportedError(f"node '{node.source}': Conv kernels run channels-last only")
         sched = schedule or self.default_schedule(node, graph, "host")
         padded = any(m[k] for k in ("PT", "PL", "PB", "PR"))
-        ctx = dict(m=m, padded=padded, variant=sched["variant"], oc_tile=sched.get("oc_tile", 1),
-                   ow_tile=sched.get("ow_tile", 1), mult=m["OCG"],
-                   loop_order=sched.get("loop_order", "pixels_outer"), grid_dw=m["ICG"] == 1 and m["G"] > 1)
+        ctx = dict(
+            m=m,
+            padded=padded,
+            variant=sched["variant"],
+            oc_tile=sched.get("oc_tile", 1),
+            ow_tile=sched.get("ow_tile", 1),
+            mult=m["OCG"],
+            loop_order=sched.get("loop_order", "pixels_outer"),
+            grid_dw=m["ICG"] == 1 and m["G"] > 1,
+        )
         if sched["variant"] == "grid":
             ctx.update(grid_conv_context(m, sched, 4, self.knobs(node, graph)["px_tile"]))
         return ctx

@@ -4,6 +4,7 @@ Imported in ONNX's NCHW form with weights [IC, OC/groups, *K]; the layout pass t
 channels-last with weights [*K, IC, OC/groups]. The C kernel *gathers*: each output pixel sums
 the kernel taps that land on it, so no two iterations write the same output (no scatter races).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -16,9 +17,16 @@ from tinyc.ops.base import OpDef, OutputType, register
 from tinyc.ops.conv import apply_activation, check_bias, weights_to_channels_last
 
 
-def convtranspose_geometry(in_sp: list[int], kernel: list[int], strides: list[int], dilations: list[int],
-                           out_pad: list[int], pads: list[int] | None, output_shape: list[int] | None,
-                           auto_pad: str) -> tuple[list[int], list[int]]:
+def convtranspose_geometry(
+    in_sp: list[int],
+    kernel: list[int],
+    strides: list[int],
+    dilations: list[int],
+    out_pad: list[int],
+    pads: list[int] | None,
+    output_shape: list[int] | None,
+    auto_pad: str,
+) -> tuple[list[int], list[int]]:
     """(pads [begin..., end...], output spatial sizes) per the ONNX spec.
 
     With `output_shape` (or SAME_* auto_pad) the pads are derived from the total padding:
@@ -49,9 +57,16 @@ def convtranspose_geometry(in_sp: list[int], kernel: list[int], strides: list[in
     return p, out
 
 
-def convtranspose_nchw_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: list[int],
-                                 pads: list[int], dilations: list[int], group: int,
-                                 out_sp: list[int]) -> np.ndarray:
+def convtranspose_nchw_reference(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None,
+    strides: list[int],
+    pads: list[int],
+    dilations: list[int],
+    group: int,
+    out_sp: list[int],
+) -> np.ndarray:
     """Scatter formulation in float64 (independent of the C kernel's gather), weights [IC, OCg, *K]."""
     n = x.ndim - 2
     N, C = x.shape[:2]
@@ -72,7 +87,7 @@ def convtranspose_nchw_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | N
             start = kidx[i] * dilations[i] - lo[i]
             sl.append(slice(start, start + (in_sp[i] - 1) * strides[i] + 1, strides[i]))
         for g in range(group):
-            xg = xd[:, g * icg:(g + 1) * icg]
+            xg = xd[:, g * icg : (g + 1) * icg]
             wg = wd[(slice(g * icg, (g + 1) * icg), slice(None), *kidx)]  # icg, ocg
             contrib = np.einsum("nc...,co->no...", xg, wg)
             buf[(sl[0], slice(g * ocg, (g + 1) * ocg), *sl[2:])] += contrib
@@ -148,9 +163,18 @@ class ConvTranspose(OpDef):
             ins.append(ctx.inputs[2])
         else:
             ins.append(ctx.add_constant("bias", np.zeros(oc, np.float32)))
-        return ctx.make_node("ConvTranspose", inputs=ins, outputs=ctx.outputs[:1], kernel=kernel,
-                             strides=strides, pads=pads, dilations=dil, group=group, out_spatial=out_sp,
-                             layout="NCHW")
+        return ctx.make_node(
+            "ConvTranspose",
+            inputs=ins,
+            outputs=ctx.outputs[:1],
+            kernel=kernel,
+            strides=strides,
+            pads=pads,
+            dilations=dil,
+            group=group,
+            out_spatial=out_sp,
+            layout="NCHW",
+        )
 
     # -- shapes ---------------------------------------------------------------------------
     def _dims(self, node: Node, graph: Graph) -> dict[str, int]:
@@ -170,9 +194,28 @@ class ConvTranspose(OpDef):
         pb, pe, osp = list(a["pads"][:n]), list(a["pads"][n:]), list(a["out_spatial"])
         if n == 1:
             sp, k, s, d, pb, pe, osp = [1] + sp, [1] + k, [1] + s, [1] + d, [0] + pb, [0] + pe, [1] + osp
-        return dict(N=N, C=C, H=sp[0], W=sp[1], OC=OCG * g, KH=k[0], KW=k[1], SH=s[0], SW=s[1], DH=d[0],
-                    DW=d[1], PT=pb[0], PL=pb[1], PB=pe[0], PR=pe[1], OH=osp[0], OW=osp[1], G=g, ICG=C // g,
-                    OCG=OCG)
+        return dict(
+            N=N,
+            C=C,
+            H=sp[0],
+            W=sp[1],
+            OC=OCG * g,
+            KH=k[0],
+            KW=k[1],
+            SH=s[0],
+            SW=s[1],
+            DH=d[0],
+            DW=d[1],
+            PT=pb[0],
+            PL=pb[1],
+            PB=pe[0],
+            PR=pe[1],
+            OH=osp[0],
+            OW=osp[1],
+            G=g,
+            ICG=C // g,
+            OCG=OCG,
+        )
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         m = self._dims(node, graph)
@@ -192,8 +235,7 @@ class ConvTranspose(OpDef):
             nd = w.ndim
             x = np.moveaxis(x, -1, 1)
             w = np.transpose(w, [nd - 2, nd - 1] + list(range(nd - 2)))  # [*K, IC, OCg] -> [IC, OCg, *K]
-        y = convtranspose_nchw_reference(x, w, b, a["strides"], a["pads"], a["dilations"], a["group"],
-                                         a["out_spatial"])
+        y = convtranspose_nchw_reference(x, w, b, a["strides"], a["pads"], a["dilations"], a["group"], a["out_spatial"])
         if a["layout"] != "NCHW":
             y = np.moveaxis(y, 1, -1)
         return [apply_activation(node, np.ascontiguousarray(y))]

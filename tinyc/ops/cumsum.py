@@ -4,6 +4,7 @@ x is viewed as [outer][n][inner]; each output row k is the previous output row p
 row, so every loop runs along `inner` contiguous elements (vectorisable) and the running sums
 live in the output itself. Integer sums wrap (computed in the unsigned type).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -37,8 +38,14 @@ class CumSum(AxisPermutable, OpDef):
         axis = normalize_axis(int(av[0]), len(shape), _where(ctx))
         if any(d == 0 for d in shape):
             return ctx.set_constant(0, np.zeros(shape, ctx.dtype(0)))
-        return ctx.make_node("CumSum", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], axis=axis,
-                             exclusive=bool(int(ctx.attr("exclusive", 0))), reverse=bool(int(ctx.attr("reverse", 0))))
+        return ctx.make_node(
+            "CumSum",
+            inputs=ctx.inputs[:1],
+            outputs=ctx.outputs[:1],
+            axis=axis,
+            exclusive=bool(int(ctx.attr("exclusive", 0))),
+            reverse=bool(int(ctx.attr("reverse", 0))),
+        )
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         x, ax = inputs[0], node.attrs["axis"]
@@ -60,6 +67,12 @@ class CumSum(AxisPermutable, OpDef):
         ax = node.attrs["axis"]
         ct = CTYPES[t.dtype]
         wrap = {"int32": "uint32_t", "int64": "uint64_t"}.get(t.dtype)
-        return {"outer": int(np.prod(t.shape[:ax], dtype=np.int64)), "n": int(t.shape[ax]),
-                "inner": int(np.prod(t.shape[ax + 1:], dtype=np.int64)), "T": ct, "wrap": wrap,
-                "exclusive": node.attrs["exclusive"], "reverse": node.attrs["reverse"]}
+        return {
+            "outer": int(np.prod(t.shape[:ax], dtype=np.int64)),
+            "n": int(t.shape[ax]),
+            "inner": int(np.prod(t.shape[ax + 1 :], dtype=np.int64)),
+            "T": ct,
+            "wrap": wrap,
+            "exclusive": node.attrs["exclusive"],
+            "reverse": node.attrs["reverse"],
+        }

@@ -4,6 +4,7 @@ Each output element comes from one input element, so both render as the shared s
 kernel (slice.c.j2): the output is walked in memory order as a 6-D view and the input strides
 for that view are derived from the mode (DCR or CRD). Data movement only: every dtype.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -72,8 +73,9 @@ class _Block(OpDef):
         y = flat[idx.reshape(-1)]
         n, c, h, w = x.shape
         bs = node.attrs["blocksize"]
-        out_shape = (n, c // (bs * bs), h * bs, w * bs) if self.op == "DepthToSpace" else \
-            (n, c * bs * bs, h // bs, w // bs)
+        out_shape = (
+            (n, c // (bs * bs), h * bs, w * bs) if self.op == "DepthToSpace" else (n, c * bs * bs, h // bs, w // bs)
+        )
         return [np.ascontiguousarray(y.reshape(out_shape))]
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
@@ -91,9 +93,9 @@ class DepthToSpace(_Block):
         n, c, h, w = (int(d) for d in shape)
         co = c // (bs * bs)
         hw = h * w
-        if mode == "DCR":   # ch = (i * bs + j) * co + c
+        if mode == "DCR":  # ch = (i * bs + j) * co + c
             s_c, s_i, s_j = hw, bs * co * hw, co * hw
-        else:               # CRD: ch = c * bs * bs + i * bs + j
+        else:  # CRD: ch = c * bs * bs + i * bs + j
             s_c, s_i, s_j = bs * bs * hw, bs * hw, hw
         return [n, co, h, bs, w, bs], [c * hw, s_c, w, s_i, 1, s_j]
 
@@ -108,7 +110,7 @@ class SpaceToDepth(_Block):
         n, c, h, w = (int(d) for d in shape)
         ho, wo = h // bs, w // bs
         hw = h * w
-        if mode == "DCR":   # ch = (i * bs + j) * c + c_  -> view [b, i, j, c, ho, wo]
+        if mode == "DCR":  # ch = (i * bs + j) * c + c_  -> view [b, i, j, c, ho, wo]
             return [n, bs, bs, c, ho, wo], [c * hw, w, 1, hw, bs * w, bs]
         # CRD: ch = c_ * bs * bs + i * bs + j -> view [b, c, i, j, ho, wo]
         return [n, c, bs, bs, ho, wo], [c * hw, hw, w, 1, bs * w, bs]

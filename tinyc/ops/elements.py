@@ -8,6 +8,7 @@ ScatterElements copies the data first, then applies the updates in index order (
 reduction 'none' a later duplicate index wins, like onnx's reference). Data movement: every
 dtype (reductions other than 'none' only on numeric types).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -33,7 +34,7 @@ def _indices(ctx: Any, axis: int, n: int) -> str:
     if idx.size and (idx.min() < -n or idx.max() >= n):
         ctx.unsupported(f"indices out of range [-{n}, {n - 1}] on axis {axis}")
     idx = np.where(idx < 0, idx + n, idx)
-    return ctx.add_constant("indices", idx.astype(np.int32 if n < 2 ** 31 else np.int64))
+    return ctx.add_constant("indices", idx.astype(np.int32 if n < 2**31 else np.int64))
 
 
 def _norm_idx(ind: np.ndarray, n: int) -> np.ndarray:
@@ -55,9 +56,16 @@ def _walk_context(data_shape: tuple[int, ...], ind_shape: tuple[int, ...], axis:
         if k != axis:
             base_parts.append(f"i{k}" + (f" * {ds[k]}" if ds[k] != 1 else ""))
     last = r - 1
-    return {"dims": [int(d) for d in ind_shape], "rank": r, "row": " + ".join(row_parts) or "0",
-            "base": " + ".join(base_parts) or "0", "jstride": 0 if last == axis else ds[last],
-            "astride": ds[axis], "n": int(data_shape[axis]), "data_size": int(np.prod(data_shape, dtype=np.int64))}
+    return {
+        "dims": [int(d) for d in ind_shape],
+        "rank": r,
+        "row": " + ".join(row_parts) or "0",
+        "base": " + ".join(base_parts) or "0",
+        "jstride": 0 if last == axis else ds[last],
+        "astride": ds[axis],
+        "n": int(data_shape[axis]),
+        "data_size": int(np.prod(data_shape, dtype=np.int64)),
+    }
 
 
 class _Elements(OpDef):
@@ -79,11 +87,21 @@ class _Elements(OpDef):
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         x, ind = graph.tensor(node.inputs[0]), graph.tensor(node.inputs[1])
         ctx = _walk_context(x.shape, ind.shape, node.attrs["axis"])
-        ctx.update(runtime_indices=not ind.is_constant, itype=CTYPES[ind.dtype], scatter=self.op == "ScatterElements",
-                   reduction=node.attrs.get("reduction", "none"), count=ind.size,
-                   is_float=x.dtype in ("float32", "float64"),
-                   wrap={"int32": "(uint32_t)", "int64": "(uint64_t)", "uint16": "(uint32_t)", "uint32": "(uint32_t)",
-                         "uint64": "(uint64_t)"}.get(x.dtype, ""))
+        ctx.update(
+            runtime_indices=not ind.is_constant,
+            itype=CTYPES[ind.dtype],
+            scatter=self.op == "ScatterElements",
+            reduction=node.attrs.get("reduction", "none"),
+            count=ind.size,
+            is_float=x.dtype in ("float32", "float64"),
+            wrap={
+                "int32": "(uint32_t)",
+                "int64": "(uint64_t)",
+                "uint16": "(uint32_t)",
+                "uint32": "(uint32_t)",
+                "uint64": "(uint64_t)",
+            }.get(x.dtype, ""),
+        )
         return ctx
 
 
@@ -104,8 +122,9 @@ class GatherElements(_Elements):
             return ctx.set_constant(0, np.zeros(ishape, ctx.dtype(0)))
         if n == 0:
             ctx.unsupported(f"gathering from an empty axis {axis}")
-        return ctx.make_node(self.op, inputs=[ctx.inputs[0], _indices(ctx, axis, n)], outputs=ctx.outputs[:1],
-                             axis=axis)
+        return ctx.make_node(
+            self.op, inputs=[ctx.inputs[0], _indices(ctx, axis, n)], outputs=ctx.outputs[:1], axis=axis
+        )
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         return [(graph.tensor(node.inputs[1]).shape, graph.tensor(node.inputs[0]).dtype)]
@@ -143,8 +162,13 @@ class ScatterElements(_Elements):
             return ctx.set_constant(0, np.zeros(ctx.shape(0), ctx.dtype(0)))
         if any(d == 0 for d in ctx.shape(1)):
             return ctx.make_node("Identity", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1])
-        return ctx.make_node(self.op, inputs=[ctx.inputs[0], _indices(ctx, axis, n), ctx.inputs[2]],
-                             outputs=ctx.outputs[:1], axis=axis, reduction=red)
+        return ctx.make_node(
+            self.op,
+            inputs=[ctx.inputs[0], _indices(ctx, axis, n), ctx.inputs[2]],
+            outputs=ctx.outputs[:1],
+            axis=axis,
+            reduction=red,
+        )
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         x, upd, ax = inputs[0], inputs[2], node.attrs["axis"]

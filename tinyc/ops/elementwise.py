@@ -1,10 +1,12 @@
 """Elementwise ops: the unary family (one table of numpy + C expressions) and broadcasting
 binary arithmetic. Unary ops double as fusable activations (Conv/Gemm/Add + `activation`)."""
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -60,38 +62,96 @@ def _clip_c(x: str, a: dict[str, Any]) -> str:
 
 UNARY: list[UnarySpec] = [
     UnarySpec("Relu", lambda x, a: np.maximum(x, 0).astype(x.dtype), lambda x, a: f"tinyc_maxf({x}, 0.0f)", {}, True),
-    UnarySpec("LeakyRelu", lambda x, a: np.where(x >= 0, x, x * np.float32(a["alpha"])).astype(x.dtype),
-              lambda x, a: f"(({x}) >= 0.0f ? ({x}) : {F(a['alpha'])} * ({x}))", {"alpha": 0.01}, True),
+    UnarySpec(
+        "LeakyRelu",
+        lambda x, a: np.where(x >= 0, x, x * np.float32(a["alpha"])).astype(x.dtype),
+        lambda x, a: f"(({x}) >= 0.0f ? ({x}) : {F(a['alpha'])} * ({x}))",
+        {"alpha": 0.01},
+        True,
+    ),
     UnarySpec("Clip", _clip_np, _clip_c, {"min": -math.inf, "max": math.inf}, True),
     UnarySpec("Sigmoid", lambda x, a: _sigmoid(x), lambda x, a: f"(1.0f / (1.0f + expf(-({x}))))", {}, True),
     UnarySpec("Tanh", lambda x, a: np.tanh(x), lambda x, a: f"tanhf({x})", {}, True),
-    UnarySpec("HardSigmoid", lambda x, a: np.clip(x * np.float32(a["alpha"]) + np.float32(a["beta"]), 0, 1).astype(x.dtype),
-              lambda x, a: f"tinyc_minf(tinyc_maxf({F(a['alpha'])} * ({x}) + {F(a['beta'])}, 0.0f), 1.0f)",
-              {"alpha": 0.2, "beta": 0.5}, True),
-    UnarySpec("HardSwish", lambda x, a: (x * np.clip(x / np.float32(6) + np.float32(0.5), 0, 1)).astype(x.dtype),
-              lambda x, a: f"(({x}) * tinyc_minf(tinyc_maxf(({x}) / 6.0f + 0.5f, 0.0f), 1.0f))", {}, True),
-    UnarySpec("Elu", lambda x, a: np.where(x > 0, x, np.float32(a["alpha"]) * np.expm1(x)).astype(x.dtype),
-              lambda x, a: f"(({x}) > 0.0f ? ({x}) : {F(a['alpha'])} * expm1f({x}))", {"alpha": 1.0}, True),
-    UnarySpec("Selu", lambda x, a: (np.float32(a["gamma"]) * np.where(x > 0, x, np.float32(a["alpha"]) * np.expm1(x))).astype(x.dtype),
-              lambda x, a: f"({F(a['gamma'])} * (({x}) > 0.0f ? ({x}) : {F(a['alpha'])} * expm1f({x})))",
-              {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}, True),
-    UnarySpec("Celu", lambda x, a: (np.maximum(x, 0) + np.minimum(0, np.float32(a["alpha"]) * np.expm1(x / np.float32(a["alpha"])))).astype(x.dtype),
-              lambda x, a: f"(tinyc_maxf({x}, 0.0f) + tinyc_minf(0.0f, {F(a['alpha'])} * expm1f(({x}) / {F(a['alpha'])})))",
-              {"alpha": 1.0}, True),
-    UnarySpec("ThresholdedRelu", lambda x, a: np.where(x > np.float32(a["alpha"]), x, 0).astype(x.dtype),
-              lambda x, a: f"(({x}) > {F(a['alpha'])} ? ({x}) : 0.0f)", {"alpha": 1.0}, True),
-    UnarySpec("Softplus", lambda x, a: _softplus(x),
-              lambda x, a: f"(({x}) > 20.0f ? ({x}) : log1pf(expf({x})))", {}, True),
-    UnarySpec("Softsign", lambda x, a: (x / (1 + np.abs(x))).astype(x.dtype),
-              lambda x, a: f"(({x}) / (1.0f + fabsf({x})))", {}, True),
-    UnarySpec("Mish", lambda x, a: (x * np.tanh(_softplus(x))).astype(x.dtype),
-              lambda x, a: f"(({x}) * tanhf(({x}) > 20.0f ? ({x}) : log1pf(expf({x}))))", {}, True),
-    UnarySpec("Gelu", lambda x, a: (0.5 * x * (1 + _erf(x / np.float32(math.sqrt(2))))).astype(x.dtype)
-              if a.get("approximate", "none") == "none" else
-              (0.5 * x * (1 + np.tanh(np.float32(math.sqrt(2 / math.pi)) * (x + np.float32(0.044715) * x ** 3)))).astype(x.dtype),
-              lambda x, a: f"(0.5f * ({x}) * (1.0f + erff(({x}) * 0.707106781f)))" if a.get("approximate", "none") == "none"
-              else f"(0.5f * ({x}) * (1.0f + tanhf(0.797884561f * (({x}) + 0.044715f * ({x}) * ({x}) * ({x})))))",
-              {}, True),
+    UnarySpec(
+        "HardSigmoid",
+        lambda x, a: np.clip(x * np.float32(a["alpha"]) + np.float32(a["beta"]), 0, 1).astype(x.dtype),
+        lambda x, a: f"tinyc_minf(tinyc_maxf({F(a['alpha'])} * ({x}) + {F(a['beta'])}, 0.0f), 1.0f)",
+        {"alpha": 0.2, "beta": 0.5},
+        True,
+    ),
+    UnarySpec(
+        "HardSwish",
+        lambda x, a: (x * np.clip(x / np.float32(6) + np.float32(0.5), 0, 1)).astype(x.dtype),
+        lambda x, a: f"(({x}) * tinyc_minf(tinyc_maxf(({x}) / 6.0f + 0.5f, 0.0f), 1.0f))",
+        {},
+        True,
+    ),
+    UnarySpec(
+        "Elu",
+        lambda x, a: np.where(x > 0, x, np.float32(a["alpha"]) * np.expm1(x)).astype(x.dtype),
+        lambda x, a: f"(({x}) > 0.0f ? ({x}) : {F(a['alpha'])} * expm1f({x}))",
+        {"alpha": 1.0},
+        True,
+    ),
+    UnarySpec(
+        "Selu",
+        lambda x, a: (np.float32(a["gamma"]) * np.where(x > 0, x, np.float32(a["alpha"]) * np.expm1(x))).astype(
+            x.dtype
+        ),
+        lambda x, a: f"({F(a['gamma'])} * (({x}) > 0.0f ? ({x}) : {F(a['alpha'])} * expm1f({x})))",
+        {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
+        True,
+    ),
+    UnarySpec(
+        "Celu",
+        lambda x, a: (
+            np.maximum(x, 0) + np.minimum(0, np.float32(a["alpha"]) * np.expm1(x / np.float32(a["alpha"])))
+        ).astype(x.dtype),
+        lambda x, a: f"(tinyc_maxf({x}, 0.0f) + tinyc_minf(0.0f, {F(a['alpha'])} * expm1f(({x}) / {F(a['alpha'])})))",
+        {"alpha": 1.0},
+        True,
+    ),
+    UnarySpec(
+        "ThresholdedRelu",
+        lambda x, a: np.where(x > np.float32(a["alpha"]), x, 0).astype(x.dtype),
+        lambda x, a: f"(({x}) > {F(a['alpha'])} ? ({x}) : 0.0f)",
+        {"alpha": 1.0},
+        True,
+    ),
+    UnarySpec(
+        "Softplus", lambda x, a: _softplus(x), lambda x, a: f"(({x}) > 20.0f ? ({x}) : log1pf(expf({x})))", {}, True
+    ),
+    UnarySpec(
+        "Softsign",
+        lambda x, a: (x / (1 + np.abs(x))).astype(x.dtype),
+        lambda x, a: f"(({x}) / (1.0f + fabsf({x})))",
+        {},
+        True,
+    ),
+    UnarySpec(
+        "Mish",
+        lambda x, a: (x * np.tanh(_softplus(x))).astype(x.dtype),
+        lambda x, a: f"(({x}) * tanhf(({x}) > 20.0f ? ({x}) : log1pf(expf({x}))))",
+        {},
+        True,
+    ),
+    UnarySpec(
+        "Gelu",
+        lambda x, a: (
+            (0.5 * x * (1 + _erf(x / np.float32(math.sqrt(2))))).astype(x.dtype)
+            if a.get("approximate", "none") == "none"
+            else (
+                0.5 * x * (1 + np.tanh(np.float32(math.sqrt(2 / math.pi)) * (x + np.float32(0.044715) * x**3)))
+            ).astype(x.dtype)
+        ),
+        lambda x, a: (
+            f"(0.5f * ({x}) * (1.0f + erff(({x}) * 0.707106781f)))"
+            if a.get("approximate", "none") == "none"
+            else f"(0.5f * ({x}) * (1.0f + tanhf(0.797884561f * (({x}) + 0.044715f * ({x}) * ({x}) * ({x})))))"
+        ),
+        {},
+        True,
+    ),
     UnarySpec("Exp", lambda x, a: np.exp(x), lambda x, a: f"expf({x})", {}),
     UnarySpec("Log", lambda x, a: np.log(x), lambda x, a: f"logf({x})", {}),
     UnarySpec("Sqrt", lambda x, a: np.sqrt(x), lambda x, a: f"sqrtf({x})", {}),
@@ -113,8 +173,12 @@ UNARY: list[UnarySpec] = [
     UnarySpec("Asinh", lambda x, a: np.arcsinh(x), lambda x, a: f"asinhf({x})", {}),
     UnarySpec("Acosh", lambda x, a: np.arccosh(x), lambda x, a: f"acoshf({x})", {}),
     UnarySpec("Atanh", lambda x, a: np.arctanh(x), lambda x, a: f"atanhf({x})", {}),
-    UnarySpec("Sign", lambda x, a: np.sign(x),  # Sign(NaN) = NaN (numpy, onnxruntime)
-              lambda x, a: f"(({x}) != ({x}) ? ({x}) : (float)((({x}) > 0.0f) - (({x}) < 0.0f)))", {}),
+    UnarySpec(
+        "Sign",
+        lambda x, a: np.sign(x),  # Sign(NaN) = NaN (numpy, onnxruntime)
+        lambda x, a: f"(({x}) != ({x}) ? ({x}) : (float)((({x}) > 0.0f) - (({x}) < 0.0f)))",
+        {},
+    ),
 ]
 
 
@@ -173,7 +237,9 @@ def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(d) for d in np.broadcast_shapes(a, b))
 
 
-def collapse_broadcast(out_shape: tuple[int, ...], operand_shapes: list[tuple[int, ...]]) -> tuple[list[int], list[list[int]]]:
+def collapse_broadcast(
+    out_shape: tuple[int, ...], operand_shapes: list[tuple[int, ...]]
+) -> tuple[list[int], list[list[int]]]:
     """Merge adjacent output dims that every operand walks contiguously (or broadcasts over alike),
     so the kernel runs the fewest, longest loops."""
     if not out_shape:
@@ -196,10 +262,10 @@ def collapse_broadcast(out_shape: tuple[int, ...], operand_shapes: list[tuple[in
 class BinarySpec:
     name: str
     np_fn: Callable[[np.ndarray, np.ndarray], np.ndarray]
-    c_float: str   # C expression over a, b (float)
+    c_float: str  # C expression over a, b (float)
     c_int: str | None = None  # C expression for integer types (None: float only)
     out_dtype: str | None = None  # fixed output type (comparisons: bool); None: the input type
-    only_bool: bool = False   # logical ops take bool inputs only
+    only_bool: bool = False  # logical ops take bool inputs only
 
 
 def _div_np(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -246,13 +312,16 @@ _LEGACY_NO_BROADCAST = ("Max", "Min", "Sum", "Mean")
 def check_legacy_broadcast(ctx: Any, op: str, ins: list[str]) -> None:
     """An old-opset model that relies on broadcasting its opset did not have is malformed:
     computing it with today's numpy broadcasting would give an answer the model never meant."""
-    legacy = ((op in _LEGACY_ATTR_BROADCAST and ctx.opset < 7 and not int(ctx.attr("broadcast", 0)))
-              or (op in _LEGACY_NO_BROADCAST and ctx.opset < 8))
+    legacy = (op in _LEGACY_ATTR_BROADCAST and ctx.opset < 7 and not int(ctx.attr("broadcast", 0))) or (
+        op in _LEGACY_NO_BROADCAST and ctx.opset < 8
+    )
     if legacy and len(ins) > 1:
         shapes = [tuple(ctx.graph.tensor(i).shape) for i in ins]
         if len(set(shapes)) > 1:
-            ctx.invalid(f"operand shapes {', '.join(map(str, shapes))} differ, but at opset {ctx.opset} {op} does "
-                        "not broadcast" + (" without broadcast=1" if op in _LEGACY_ATTR_BROADCAST else ""))
+            ctx.invalid(
+                f"operand shapes {', '.join(map(str, shapes))} differ, but at opset {ctx.opset} {op} does "
+                "not broadcast" + (" without broadcast=1" if op in _LEGACY_ATTR_BROADCAST else "")
+            )
 
 
 class BinaryOp(OpDef):
@@ -301,16 +370,20 @@ class BinaryOp(OpDef):
                 try:
                     np.broadcast_shapes(ctx.shape(0), ctx.graph.tensor(ins[1]).shape)
                 except ValueError:
-                    ctx.unsupported(f"slope shape {ctx.graph.tensor(ins[1]).shape} does not broadcast to "
-                                    f"{ctx.shape(0)}")
+                    ctx.unsupported(
+                        f"slope shape {ctx.graph.tensor(ins[1]).shape} does not broadcast to {ctx.shape(0)}"
+                    )
             return ctx.make_node(self.op, inputs=ins)
         # variadic Max/Min: a chain of binaries
         nodes = []
         acc = ins[0]
         for k, b in enumerate(ins[1:]):
             out = ctx.outputs[0] if k == len(ins) - 2 else ctx.graph.unique_name(f"{ctx.name}_part{k}")
-            nodes.append(Node(f"{ctx.name}" + (f"_{k}" if k < len(ins) - 2 else ""), self.op, [acc, b], [out],
-                              {}, source=ctx.name))
+            nodes.append(
+                Node(
+                    f"{ctx.name}" + (f"_{k}" if k < len(ins) - 2 else ""), self.op, [acc, b], [out], {}, source=ctx.name
+                )
+            )
             acc = out
         return nodes
 
@@ -325,6 +398,7 @@ class BinaryOp(OpDef):
         act = node.attrs.get("activation")
         if act:
             from tinyc.ops.base import get_op
+
             y = get_op(act["op"]).apply(act.get("attrs", {}), y)  # type: ignore[attr-defined]
         return [y]
 
@@ -382,6 +456,7 @@ class WhereOp(OpDef):
     def check_supported(self, node: Node, graph: Graph) -> None:
         from tinyc.errors import UnsupportedError
         from tinyc.ops.base import CTYPES
+
         if graph.tensor(node.inputs[1]).dtype not in CTYPES:
             raise UnsupportedError(f"node '{node.source}': Where on {graph.tensor(node.inputs[1]).dtype}")
 

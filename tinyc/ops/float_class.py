@@ -1,4 +1,5 @@
 """IsNaN and IsInf: classify float elements into a bool tensor (unary_any.c.j2 kernel)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -20,8 +21,7 @@ class _Classify(OpDef):
         self.require_dtype(ctx)
         attrs: dict[str, Any] = {}
         if self.op == "IsInf":
-            attrs = {"pos": bool(int(ctx.attr("detect_positive", 1))),
-                     "neg": bool(int(ctx.attr("detect_negative", 1)))}
+            attrs = {"pos": bool(int(ctx.attr("detect_positive", 1))), "neg": bool(int(ctx.attr("detect_negative", 1)))}
         return ctx.make_node(self.op, inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], **attrs)
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:

@@ -3,6 +3,7 @@
 A constant right-hand side is stored pre-transposed as [K, N] with alpha folded in, so the
 inner loop of the kernel walks output columns contiguously and vectorises.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -11,8 +12,15 @@ import numpy as np
 
 from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, OutputType, broadcast_strides, register
-from tinyc.ops.conv import (GRID_ORDERS, apply_activation, grid_canonical, grid_chunk, grid_default_tiles,
-                            grid_knob_target, grid_knobs)
+from tinyc.ops.conv import (
+    GRID_ORDERS,
+    apply_activation,
+    grid_canonical,
+    grid_chunk,
+    grid_default_tiles,
+    grid_knob_target,
+    grid_knobs,
+)
 
 MM_TYPES = ("float32",)
 
@@ -26,8 +34,10 @@ def check_gemm_shapes(ctx: Any, ta: int, tb: int) -> None:
     M, K = (a[1], a[0]) if ta else (a[0], a[1])
     K2, N = (b[1], b[0]) if tb else (b[0], b[1])
     if K != K2:
-        ctx.invalid(f"inner dimensions differ: A {list(a)}{' (transposed)' if ta else ''} has K={K}, "
-                    f"B {list(b)}{' (transposed)' if tb else ''} has K={K2}")
+        ctx.invalid(
+            f"inner dimensions differ: A {list(a)}{' (transposed)' if ta else ''} has K={K}, "
+            f"B {list(b)}{' (transposed)' if tb else ''} has K={K2}"
+        )
     if ctx.has_input(2):
         c = ctx.shape(2)
         if len(c) > 2 or any(d not in (1, want) for d, want in zip(reversed(c), (N, M))):
@@ -98,18 +108,28 @@ class Gemm(OpDef):
         if N < 32 and N not in n_tiles:
             n_tiles.insert(0, N)
         m_tiles = [t for t in (4, 2, 1) if t <= M]
-        return {"variant": ["tiled", "rowacc", "grid"], "n_tile": n_tiles, "m_tile": m_tiles, **grid_knobs(),
-                "loop_order": list(GRID_ORDERS["matmul"])}
+        return {
+            "variant": ["tiled", "rowacc", "grid"],
+            "n_tile": n_tiles,
+            "m_tile": m_tiles,
+            **grid_knobs(),
+            "loop_order": list(GRID_ORDERS["matmul"]),
+        }
 
     def knob_isa(self, knob: str, value: Any) -> str | None:
         return grid_knob_target(knob, value, (("loop_order", "columns_outer"),))
 
     def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
-        """"grid" reads n_tile, m_tile, vec, local_mem, loop_order (``grid_canonical``); the C
+        """ "grid" reads n_tile, m_tile, vec, local_mem, loop_order (``grid_canonical``); the C
         variants none of the last three."""
         if schedule.get("variant") == "grid":
-            return grid_canonical(schedule, ("n_tile", "m_tile"), self.dims(node, graph)[2],
-                                  self.knobs(node, graph)["m_tile"], family="matmul")
+            return grid_canonical(
+                schedule,
+                ("n_tile", "m_tile"),
+                self.dims(node, graph)[2],
+                self.knobs(node, graph)["m_tile"],
+                family="matmul",
+            )
         return {k: v for k, v in schedule.items() if k not in ("vec", "local_mem", "loop_order")}
 
     def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
@@ -129,10 +149,19 @@ class Gemm(OpDef):
         M, K, N = self.dims(node, graph)
         sched = schedule or self.default_schedule(node, graph, "host")
         ta, tb = node.attrs["transA"], node.attrs["transB"]
-        ctx: dict[str, Any] = dict(M=M, K=K, N=N, variant=sched["variant"], n_tile=sched.get("n_tile", 1),
-                                   m_tile=sched.get("m_tile", 1),
-                                   sa=(1, M) if ta else (K, 1), sb=(1, K) if tb else (N, 1),
-                                   alpha=node.attrs["alpha"], beta=node.attrs["beta"], has_c=len(node.inputs) > 2)
+        ctx: dict[str, Any] = dict(
+            M=M,
+            K=K,
+            N=N,
+            variant=sched["variant"],
+            n_tile=sched.get("n_tile", 1),
+            m_tile=sched.get("m_tile", 1),
+            sa=(1, M) if ta else (K, 1),
+            sb=(1, K) if tb else (N, 1),
+            alpha=node.attrs["alpha"],
+            beta=node.attrs["beta"],
+            has_c=len(node.inputs) > 2,
+        )
         if ctx["has_c"]:
             cs = broadcast_strides(graph.tensor(node.inputs[2]).shape, (M, N))
             ctx["sc"] = cs
@@ -146,8 +175,15 @@ def grid_matmul_default(M: int, N: int, ks: dict[str, list[Any]], batches: int =
     ``grid_default_tiles`` over the columns x rows (x batches), no local memory, 64 work-items
     per group (see ``grid_conv_default``)."""
     t, j, vec = grid_default_tiles(N, M, batches, ks["n_tile"], ks["m_tile"])
-    return {"variant": "grid", "n_tile": t, "m_tile": j, "vec": vec, "local_mem": 0, "loop_order": "rows_outer",
-            "local_size": 64}
+    return {
+        "variant": "grid",
+        "n_tile": t,
+        "m_tile": j,
+        "vec": vec,
+        "local_mem": 0,
+        "loop_order": "rows_outer",
+        "local_size": 64,
+    }
 
 
 def grid_matmul_context(M: int, K: int, N: int, sched: dict[str, Any], wbytes: int) -> dict[str, Any]:
@@ -158,9 +194,16 @@ def grid_matmul_context(M: int, K: int, N: int, sched: dict[str, Any], wbytes: i
     J = max(1, min(canon["m_tile"], M))
     local = bool(canon["local_mem"])
     kc = grid_chunk(1, K, T * wbytes)[0] if local else K
-    return dict(T=T, J=J, V=canon["vec"], local=local, KC=kc, local_bytes=kc * T * wbytes if local else 0,
-                local_size=int(sched.get("local_size", 0)),
-                pixels_fast=canon.get("loop_order") == GRID_ORDERS["matmul"][1])
+    return dict(
+        T=T,
+        J=J,
+        V=canon["vec"],
+        local=local,
+        KC=kc,
+        local_bytes=kc * T * wbytes if local else 0,
+        local_size=int(sched.get("local_size", 0)),
+        pixels_fast=canon.get("loop_order") == GRID_ORDERS["matmul"][1],
+    )
 
 
 def grid_batches(batch: list[int], strides: list[int]) -> str:
@@ -168,10 +211,13 @@ def grid_batches(batch: list[int], strides: list[int]) -> str:
     into an operand whose batch dims have element strides `strides` (0: broadcast)."""
     terms = []
     for k, (n, s) in enumerate(zip(batch, strides)):
-        inner = int(np.prod(batch[k + 1:], dtype=np.int64))
+        inner = int(np.prod(batch[k + 1 :], dtype=np.int64))
         if s and n > 1:
-            idx = "g" if inner == 1 and k == 0 else (f"(g / {inner})" if k == 0 else
-                                                      (f"(g % {n})" if inner == 1 else f"(g / {inner} % {n})"))
+            idx = (
+                "g"
+                if inner == 1 and k == 0
+                else (f"(g / {inner})" if k == 0 else (f"(g % {n})" if inner == 1 else f"(g / {inner} % {n})"))
+            )
             terms.append(f" + {idx} * {s}")
     return "".join(terms)
 
@@ -208,15 +254,39 @@ class MatMul(OpDef):
             a_in = ctx.inputs[0]
             if len(a_shape) != 2:
                 a_in = g.unique_name(f"{ctx.name}_rows")
-                nodes.append(Node(f"{ctx.name}_flatten", "Reshape", [ctx.inputs[0]], [a_in],
-                                  {"shape": [rows, a_shape[-1]]}, source=ctx.name))
+                nodes.append(
+                    Node(
+                        f"{ctx.name}_flatten",
+                        "Reshape",
+                        [ctx.inputs[0]],
+                        [a_in],
+                        {"shape": [rows, a_shape[-1]]},
+                        source=ctx.name,
+                    )
+                )
             out = ctx.outputs[0] if len(a_shape) == 2 else g.unique_name(f"{ctx.name}_gemm")
             w = ctx.add_constant("weight_kn", np.ascontiguousarray(b.astype(np.float32)))
-            nodes.append(Node(ctx.name, "Gemm", [a_in, w], [out],
-                              {"transA": 0, "transB": 0, "alpha": 1.0, "beta": 1.0}, source=ctx.name))
+            nodes.append(
+                Node(
+                    ctx.name,
+                    "Gemm",
+                    [a_in, w],
+                    [out],
+                    {"transA": 0, "transB": 0, "alpha": 1.0, "beta": 1.0},
+                    source=ctx.name,
+                )
+            )
             if len(a_shape) != 2:
-                nodes.append(Node(f"{ctx.name}_unflatten", "Reshape", [out], [ctx.outputs[0]],
-                                  {"shape": [*a_shape[:-1], b.shape[1]]}, source=ctx.name))
+                nodes.append(
+                    Node(
+                        f"{ctx.name}_unflatten",
+                        "Reshape",
+                        [out],
+                        [ctx.outputs[0]],
+                        {"shape": [*a_shape[:-1], b.shape[1]]},
+                        source=ctx.name,
+                    )
+                )
             return nodes
         return ctx.make_node("MatMul")
 
@@ -254,18 +324,28 @@ class MatMul(OpDef):
         n_tiles = [t for t in (32, 16, 8, 4, 2, 1) if t <= N]
         if N < 32 and N not in n_tiles:
             n_tiles.insert(0, N)
-        return {"variant": ["serial", "grid"], "n_tile": n_tiles, "m_tile": [t for t in (4, 2, 1) if t <= M],
-                **grid_knobs(), "loop_order": list(GRID_ORDERS["matmul"])}
+        return {
+            "variant": ["serial", "grid"],
+            "n_tile": n_tiles,
+            "m_tile": [t for t in (4, 2, 1) if t <= M],
+            **grid_knobs(),
+            "loop_order": list(GRID_ORDERS["matmul"]),
+        }
 
     def knob_isa(self, knob: str, value: Any) -> str | None:
         return grid_knob_target(knob, value, (("loop_order", "columns_outer"),))
 
     def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
-        """"serial" reads no knob (the empty schedule, as before the knobs existed)."""
+        """ "serial" reads no knob (the empty schedule, as before the knobs existed)."""
         if schedule.get("variant") == "grid":
             a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
-            return grid_canonical(schedule, ("n_tile", "m_tile"), self._shapes(a, b)[3],
-                                  self.knobs(node, graph)["m_tile"], family="matmul")
+            return grid_canonical(
+                schedule,
+                ("n_tile", "m_tile"),
+                self._shapes(a, b)[3],
+                self.knobs(node, graph)["m_tile"],
+                family="matmul",
+            )
         return {}
 
     def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
@@ -282,9 +362,20 @@ class MatMul(OpDef):
         b2 = (*b, 1) if len(b) == 1 else b
         sa = broadcast_strides(tuple(a2[:-2]), tuple(batch)) if batch else []
         sb = broadcast_strides(tuple(b2[:-2]), tuple(batch)) if batch else []
-        ctx = dict(batch=batch or [1], bsa=[s * M * K for s in sa] or [0], bsb=[s * K * N for s in sb] or [0],
-                   M=M, K=K, N=N, variant=(schedule or {}).get("variant", "serial"))
+        ctx = dict(
+            batch=batch or [1],
+            bsa=[s * M * K for s in sa] or [0],
+            bsb=[s * K * N for s in sb] or [0],
+            M=M,
+            K=K,
+            N=N,
+            variant=(schedule or {}).get("variant", "serial"),
+        )
         if ctx["variant"] == "grid":
-            ctx.update(grid_matmul_context(M, K, N, schedule, 4), nbat=int(np.prod(batch, dtype=np.int64)),
-                       aoff=grid_batches(batch, ctx["bsa"]), boff=grid_batches(batch, ctx["bsb"]))
+            ctx.update(
+                grid_matmul_context(M, K, N, schedule, 4),
+                nbat=int(np.prod(batch, dtype=np.int64)),
+                aoff=grid_batches(batch, ctx["bsa"]),
+                boff=grid_batches(batch, ctx["bsb"]),
+            )
         return ctx

@@ -1,5 +1,6 @@
 """Ops whose result is known at compile time: Range (constant start/limit/delta) and EyeLike
 (depends only on the input's shape). Both become constants; no kernel is generated."""
+
 from __future__ import annotations
 
 import math
@@ -50,6 +51,7 @@ class Range(OpDef):
         vals = [graph.constant(i) for i in node.inputs[:3]]
         if any(v is None for v in vals):
             from tinyc.errors import UnsupportedError
+
             raise UnsupportedError(f"node '{node.source or node.name}' (Range): inputs must be constants")
         return [((len(_range(*vals)),), graph.tensor(node.inputs[0]).dtype)]
 

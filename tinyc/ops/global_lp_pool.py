@@ -1,5 +1,6 @@
 """GlobalLpPool: (sum |x|^p)^(1/p) over all spatial axes, keeping them as size 1. For p = 1 and
 p = 2 that is exactly ReduceL1 / ReduceL2 over axes 2.., so it imports as those (no kernel)."""
+
 from __future__ import annotations
 
 from tinyc.ops.base import OpDef, register
@@ -21,5 +22,10 @@ class GlobalLpPool(OpDef):
             ctx.unsupported(f"p = {p} (only 1 and 2)")
         if any(d == 0 for d in ctx.shape(0)):
             ctx.unsupported(f"zero-size input {ctx.shape(0)}")
-        return ctx.make_node("ReduceL1" if p == 1 else "ReduceL2", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1],
-                             axes=list(range(2, rank)), keepdims=True)
+        return ctx.make_node(
+            "ReduceL1" if p == 1 else "ReduceL2",
+            inputs=ctx.inputs[:1],
+            outputs=ctx.outputs[:1],
+            axes=list(range(2, rank)),
+            keepdims=True,
+        )

@@ -1,6 +1,7 @@
 """InstanceNormalization: y = scale[c] * (x - mean) / sqrt(var + eps) + B[c], with mean and
 variance per (n, c) over the spatial axes. The channel axis is an attribute, so the op follows
 transposes (`permute`) and runs channels-last after a Conv (statistics kept in scratch)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -29,10 +30,14 @@ class InstanceNorm(OpDef):
         bias = ctx.require_const(2, "B").astype(np.float32).reshape(-1)
         if scale.size != shape[1] or bias.size != shape[1]:
             ctx.unsupported(f"scale/B sizes {scale.size}/{bias.size} do not match {shape[1]} channels")
-        return ctx.make_node("InstanceNorm", inputs=[ctx.inputs[0], ctx.add_constant("scale", scale),
-                                                     ctx.add_constant("B", bias)],
-                             outputs=ctx.outputs[:1], epsilon=float(ctx.attr("epsilon", 1e-5)), axis=1,
-                             batch_axis=0)
+        return ctx.make_node(
+            "InstanceNorm",
+            inputs=[ctx.inputs[0], ctx.add_constant("scale", scale), ctx.add_constant("B", bias)],
+            outputs=ctx.outputs[:1],
+            epsilon=float(ctx.attr("epsilon", 1e-5)),
+            axis=1,
+            batch_axis=0,
+        )
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         a = node.attrs
@@ -62,11 +67,24 @@ class InstanceNorm(OpDef):
         shape = graph.tensor(node.inputs[0]).shape
         ax, bx = node.attrs["axis"], node.attrs["batch_axis"]
         lo, hi = min(ax, bx), max(ax, bx)
-        dims = [int(np.prod(shape[:lo])), int(shape[lo]), int(np.prod(shape[lo + 1:hi])), int(shape[hi]),
-                int(np.prod(shape[hi + 1:]))]
-        return dict(P0=dims[0], X=dims[1], P1=dims[2], Y=dims[3], P2=dims[4], channel_is_x=ax < bx,
-                    count=dims[0] * dims[2] * dims[4], C=int(shape[ax]),
-                    channels_last=dims[0] == 1 and dims[4] == 1 and ax > bx)
+        dims = [
+            int(np.prod(shape[:lo])),
+            int(shape[lo]),
+            int(np.prod(shape[lo + 1 : hi])),
+            int(shape[hi]),
+            int(np.prod(shape[hi + 1 :])),
+        ]
+        return dict(
+            P0=dims[0],
+            X=dims[1],
+            P1=dims[2],
+            Y=dims[3],
+            P2=dims[4],
+            channel_is_x=ax < bx,
+            count=dims[0] * dims[2] * dims[4],
+            C=int(shape[ax]),
+            channels_last=dims[0] == 1 and dims[4] == 1 and ax > bx,
+        )
 
     def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> int:
         v = self._view(node, graph)

@@ -6,6 +6,7 @@ in float (stash_type 1). Scale/bias are flattened to the normalised shape: const
 broadcast at compile time, runtime ones must already have that shape. LpNormalization views x
 as [outer][n][inner] and keeps the per-column norms in scratch so loops run along memory.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -42,8 +43,10 @@ def _param_input(ctx: Any, i: int, norm_shape: tuple[int, ...], what: str) -> st
         flat = np.broadcast_to(np.asarray(value).reshape(stripped), norm_shape).reshape(-1)
         return ctx.add_constant(what.lower(), np.ascontiguousarray(flat).astype(ctx.dtype(0)))
     if _prod(shape) != _prod(norm_shape):
-        ctx.unsupported(f"runtime {what} of shape {shape} broadcast to {norm_shape} is not supported "
-                        f"(make it a constant or give it the full normalised shape)")
+        ctx.unsupported(
+            f"runtime {what} of shape {shape} broadcast to {norm_shape} is not supported "
+            f"(make it a constant or give it the full normalised shape)"
+        )
     return ctx.inputs[i]
 
 
@@ -73,14 +76,15 @@ class _RowNorm(OpDef):
         if not self.rms and ctx.has_input(2):
             inputs.append(_param_input(ctx, 2, norm_shape, "B"))
         outputs = list(ctx.outputs[:1] if self.rms else ctx.outputs[:3])
-        return ctx.make_node(self.op, inputs=inputs, outputs=outputs, axis=axis,
-                             epsilon=float(ctx.attr("epsilon", 1e-5)), rms=self.rms)
+        return ctx.make_node(
+            self.op, inputs=inputs, outputs=outputs, axis=axis, epsilon=float(ctx.attr("epsilon", 1e-5)), rms=self.rms
+        )
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         t = graph.tensor(node.inputs[0])
         ax = node.attrs["axis"]
         stat = tuple(t.shape[:ax]) + (1,) * (len(t.shape) - ax)
-        return [(t.shape, t.dtype), (stat, "float32"), (stat, "float32")][:len(node.outputs)]
+        return [(t.shape, t.dtype), (stat, "float32"), (stat, "float32")][: len(node.outputs)]
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]
@@ -101,9 +105,12 @@ class _RowNorm(OpDef):
                 if len(inputs) > 2 and inputs[2] is not None:
                     y = y + inputs[2].reshape(1, n).astype(np.float64)
         stat = tuple(x.shape[:ax]) + (1,) * (x.ndim - ax)
-        outs = [y.reshape(x.shape).astype(x.dtype), mean.reshape(stat).astype(np.float32),
-                inv.reshape(stat).astype(np.float32)]
-        return outs[:len(node.outputs)]
+        outs = [
+            y.reshape(x.shape).astype(x.dtype),
+            mean.reshape(stat).astype(np.float32),
+            inv.reshape(stat).astype(np.float32),
+        ]
+        return outs[: len(node.outputs)]
 
     def macs(self, node: Node, graph: Graph) -> int:
         return 4 * graph.tensor(node.inputs[0]).size
@@ -111,8 +118,7 @@ class _RowNorm(OpDef):
     def can_permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
         """Only permutations of the leading (not normalised) axes keep each row contiguous."""
         ax = node.attrs["axis"]
-        return len(perm) == len(graph.tensor(node.outputs[0]).shape) and all(
-            perm[a] == a for a in range(ax, len(perm)))
+        return len(perm) == len(graph.tensor(node.outputs[0]).shape) and all(perm[a] == a for a in range(ax, len(perm)))
 
     def permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
         return self.can_permute(node, graph, perm)
@@ -123,10 +129,16 @@ class _RowNorm(OpDef):
             raise UnsupportedError(f"node '{node.source or node.name}' ({node.op}): element type {t.dtype}")
         ax = node.attrs["axis"]
         outs = [o for o in node.outputs]
-        return {"outer": _prod(t.shape[:ax]), "n": _prod(t.shape[ax:]), "T": CTYPES[t.dtype],
-                "eps": node.attrs["epsilon"], "rms": node.attrs["rms"],
-                "has_bias": len(node.inputs) > 2 and bool(node.inputs[2]),
-                "has_mean": len(outs) > 1 and bool(outs[1]), "has_inv": len(outs) > 2 and bool(outs[2])}
+        return {
+            "outer": _prod(t.shape[:ax]),
+            "n": _prod(t.shape[ax:]),
+            "T": CTYPES[t.dtype],
+            "eps": node.attrs["epsilon"],
+            "rms": node.attrs["rms"],
+            "has_bias": len(node.inputs) > 2 and bool(node.inputs[2]),
+            "has_mean": len(outs) > 1 and bool(outs[1]),
+            "has_inv": len(outs) > 2 and bool(outs[2]),
+        }
 
 
 @register
@@ -182,7 +194,7 @@ class LpNormalization(AxisPermutable, OpDef):
     def _split(self, node: Node, graph: Graph) -> tuple[int, int, int]:
         shape = graph.tensor(node.inputs[0]).shape
         ax = node.attrs["axis"]
-        return _prod(shape[:ax]), int(shape[ax]), _prod(shape[ax + 1:])
+        return _prod(shape[:ax]), int(shape[ax]), _prod(shape[ax + 1 :])
 
     def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> int:
         inner = self._split(node, graph)[2]
@@ -194,5 +206,11 @@ class LpNormalization(AxisPermutable, OpDef):
             raise UnsupportedError(f"node '{node.source or node.name}' ({node.op}): element type {t.dtype}")
         outer, n, inner = self._split(node, graph)
         ct = CTYPES[t.dtype]
-        return {"outer": outer, "n": n, "inner": inner, "T": ct, "p": node.attrs["p"],
-                "sfx": "f" if ct == "float" else ""}
+        return {
+            "outer": outer,
+            "n": n,
+            "inner": inner,
+            "T": ct,
+            "p": node.attrs["p"],
+            "sfx": "f" if ct == "float" else "",
+        }

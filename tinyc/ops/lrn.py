@@ -4,6 +4,7 @@ y = x / (bias + alpha / size * sum_{c' in window(c)} x[c']^2) ^ beta, the window
 c - floor((size-1)/2) to c + ceil((size-1)/2). The channel axis is an attribute, so the op
 follows transposes (`permute`) and runs channels-last between NHWC convolutions and pools.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,9 +31,16 @@ class LRN(OpDef):
         size = ctx.attr("size")
         if size is None or int(size) < 1:
             ctx.unsupported(f"size={size!r} (a positive odd or even integer is required)")
-        return ctx.make_node("LRN", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], size=int(size),
-                             alpha=float(ctx.attr("alpha", 1e-4)), beta=float(ctx.attr("beta", 0.75)),
-                             bias=float(ctx.attr("bias", 1.0)), axis=1)
+        return ctx.make_node(
+            "LRN",
+            inputs=ctx.inputs[:1],
+            outputs=ctx.outputs[:1],
+            size=int(size),
+            alpha=float(ctx.attr("alpha", 1e-4)),
+            beta=float(ctx.attr("beta", 0.75)),
+            bias=float(ctx.attr("bias", 1.0)),
+            axis=1,
+        )
 
     def _window(self, node: Node) -> tuple[int, int]:
         """Channels before and after c that the window covers."""
@@ -47,7 +55,7 @@ class LRN(OpDef):
         C = x.shape[0]
         s = np.zeros_like(x)
         for c in range(C):
-            s[c] = sq[max(0, c - before):min(C, c + after + 1)].sum(axis=0)
+            s[c] = sq[max(0, c - before) : min(C, c + after + 1)].sum(axis=0)
         y = x / (a["bias"] + a["alpha"] / a["size"] * s) ** a["beta"]
         return [np.ascontiguousarray(np.moveaxis(y, 0, a["axis"])).astype(inputs[0].dtype)]
 
@@ -73,6 +81,13 @@ class LRN(OpDef):
             inv = "1.0f / s"
         else:
             inv = f"powf(s, {c_float(-beta)})"
-        return dict(outer=int(np.prod(shape[:ax])), C=int(shape[ax]), inner=int(np.prod(shape[ax + 1:])),
-                    before=before, after=after, bias=c_float(a["bias"]), coef=c_float(a["alpha"] / a["size"]),
-                    inv_pow=inv)
+        return dict(
+            outer=int(np.prod(shape[:ax])),
+            C=int(shape[ax]),
+            inner=int(np.prod(shape[ax + 1 :])),
+            before=before,
+            after=after,
+            bias=c_float(a["bias"]),
+            coef=c_float(a["alpha"] / a["size"]),
+            inv_pow=inv,
+        )

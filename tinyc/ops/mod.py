@@ -7,6 +7,7 @@ zero (undefined in ONNX) gives 0 instead of trapping, and MIN % -1 gives 0.
 BitShift: shifts >= the bit width (or negative) give 0 (or -1 for a negative value shifted
 right), like onnx's reference; left shifts of signed values wrap through the unsigned type.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -91,26 +92,28 @@ class Mod(_Binary):
             if node.attrs["fmod"]:
                 return f"    return {f}(a, b);"
             cs = "copysignf" if dtype == "float32" else "copysign"
-            return (f"    {ct} r = {f}(a, b);\n"
-                    f"    if (r != 0) {{\n"
-                    f"        if ((b < 0) != (r < 0)) {{\n"
-                    f"            r += b;\n"
-                    f"        }}\n"
-                    f"    }} else {{\n"
-                    f"        r = {cs}(({ct})0, b);\n"
-                    f"    }}\n"
-                    f"    return r;")
+            return (
+                f"    {ct} r = {f}(a, b);\n"
+                f"    if (r != 0) {{\n"
+                f"        if ((b < 0) != (r < 0)) {{\n"
+                f"            r += b;\n"
+                f"        }}\n"
+                f"    }} else {{\n"
+                f"        r = {cs}(({ct})0, b);\n"
+                f"    }}\n"
+                f"    return r;"
+            )
         if dtype in UNSIGNED:
             return f"    return b == 0 ? ({ct})0 : ({ct})(a % b);"
-        lines = [f"    {ct} r;",
-                 "    if (b == 0 || b == -1) {",
-                 f"        return ({ct})0;",
-                 "    }",
-                 f"    r = ({ct})(a % b);"]
+        lines = [
+            f"    {ct} r;",
+            "    if (b == 0 || b == -1) {",
+            f"        return ({ct})0;",
+            "    }",
+            f"    r = ({ct})(a % b);",
+        ]
         if not node.attrs["fmod"]:
-            lines += ["    if (r != 0 && ((r < 0) != (b < 0))) {",
-                      f"        r = ({ct})(r + b);",
-                      "    }"]
+            lines += ["    if (r != 0 && ((r < 0) != (b < 0))) {", f"        r = ({ct})(r + b);", "    }"]
         lines.append("    return r;")
         return "\n".join(lines)
 
@@ -159,13 +162,16 @@ class BitShift(_Binary):
         signed = dtype in SIGNED
         bad = f"b < 0 || b >= {bits}" if signed else f"b >= {bits}"
         if node.attrs["left"]:
-            return (f"    if ({bad}) {{\n        return ({ct})0;\n    }}\n"
-                    f"    return ({ct})(({wide})(({wide})a << b) & ({wide}){hex((1 << bits) - 1)}u);"
-                    if bits < 32 else
-                    f"    if ({bad}) {{\n        return ({ct})0;\n    }}\n"
-                    f"    return ({ct})(({wide})a << b);")
+            return (
+                f"    if ({bad}) {{\n        return ({ct})0;\n    }}\n"
+                f"    return ({ct})(({wide})(({wide})a << b) & ({wide}){hex((1 << bits) - 1)}u);"
+                if bits < 32
+                else f"    if ({bad}) {{\n        return ({ct})0;\n    }}\n    return ({ct})(({wide})a << b);"
+            )
         if not signed:
             return f"    if ({bad}) {{\n        return ({ct})0;\n    }}\n    return ({ct})(a >> b);"
         # arithmetic shift without implementation-defined behaviour: shift the complement
-        return (f"    if ({bad}) {{\n        return ({ct})(a < 0 ? -1 : 0);\n    }}\n"
-                f"    return a < 0 ? ({ct})~(({ct})~a >> b) : ({ct})(a >> b);")
+        return (
+            f"    if ({bad}) {{\n        return ({ct})(a < 0 ? -1 : 0);\n    }}\n"
+            f"    return a < 0 ? ({ct})~(({ct})~a >> b) : ({ct})(a >> b);"
+        )

@@ -2,6 +2,7 @@
 output index to the input index it copies (-1: the constant value), so every mode is the same
 gather; the middle run of the innermost axis, where the table is the identity, is a plain
 contiguous copy. Negative pads crop (constant mode). Any dtype."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -88,8 +89,14 @@ class Pad(OpDef):
                 ctx.unsupported(f"mode '{mode}' cannot pad an empty axis")
         if is_empty(out):
             return empty_output(ctx, 0, out)
-        return ctx.make_node("Pad", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], mode=mode,
-                             pads=begin + end, value=_fill_value(value, ctx.dtype(0)))
+        return ctx.make_node(
+            "Pad",
+            inputs=ctx.inputs[:1],
+            outputs=ctx.outputs[:1],
+            mode=mode,
+            pads=begin + end,
+            value=_fill_value(value, ctx.dtype(0)),
+        )
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         t = graph.tensor(node.inputs[0])
@@ -146,17 +153,22 @@ class Pad(OpDef):
                 groups[-1]["O"] *= n
                 continue
             tab = None if b == 0 and e == 0 else index_table(n, b, e, mode)
-            groups.append({"I": int(n), "O": int(n + b + e), "pb": int(b),
-                           "tab": None if tab is None else [int(v) for v in tab]})
+            groups.append(
+                {"I": int(n), "O": int(n + b + e), "pb": int(b), "tab": None if tab is None else [int(v) for v in tab]}
+            )
         if not groups:
             groups = [{"I": 1, "O": 1, "pb": 0, "tab": None}]
         for k, g in enumerate(groups):
-            g["block"] = int(np.prod([h["O"] for h in groups[k + 1:]], dtype=np.int64))
+            g["block"] = int(np.prod([h["O"] for h in groups[k + 1 :]], dtype=np.int64))
             g["has_fill"] = g["tab"] is not None and min(g["tab"], default=0) < 0
         last = groups[-1]
         last["lo"] = max(last["pb"], 0)
         last["hi"] = min(last["O"], last["I"] + last["pb"])
         if last["hi"] < last["lo"]:
             last["hi"] = last["lo"]
-        return {"groups": groups, "mode": mode, "value": node.attrs["value"],
-                "in_size": graph.tensor(node.inputs[0]).size}
+        return {
+            "groups": groups,
+            "mode": mode,
+            "value": node.attrs["value"],
+            "in_size": graph.tensor(node.inputs[0]).size,
+        }

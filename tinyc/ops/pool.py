@@ -4,6 +4,7 @@ Imported NCHW; the layout pass runs them channels-last like Conv.
 MaxPool also runs on int8/uint8 (ONNX allows them since opset 12): the maximum of quantized
 values is the quantized maximum when input and output share scale and zero point, so the int8
 lowering reuses this op unchanged (``build_qmaxpool``). Padded taps are skipped, never read."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -16,7 +17,9 @@ from tinyc.ops.base import OpDef, OutputType, ctype, register
 from tinyc.ops.conv import conv_out_size, resolve_pads
 
 
-def _windows(size: int, k: int, s: int, d: int, pb: int, pe: int, out: int, include_pad: bool) -> list[tuple[int, int, int]]:
+def _windows(
+    size: int, k: int, s: int, d: int, pb: int, pe: int, out: int, include_pad: bool
+) -> list[tuple[int, int, int]]:
     """Per output position: first input index, last (exclusive), and the divisor for averages."""
     res = []
     for o in range(out):
@@ -50,9 +53,19 @@ class Pool(OpDef):
         if ctx.dtype(0) != "float32" and not (kind == "max" and ctx.dtype(0) in self.INT_DTYPES):
             ctx.unsupported(f"element type {ctx.dtype(0)} (float32{', int8, uint8' if kind == 'max' else ''} only)")
         if ctx.op_type.startswith("Global"):
-            return ctx.make_node("Pool", inputs=ctx.inputs[:1], kind=kind, kernel=list(xs[2:]), strides=[1] * n,
-                                 pads=[0] * (2 * n), dilations=[1] * n, ceil_mode=0, count_include_pad=0,
-                                 layout="NCHW", is_global=True)
+            return ctx.make_node(
+                "Pool",
+                inputs=ctx.inputs[:1],
+                kind=kind,
+                kernel=list(xs[2:]),
+                strides=[1] * n,
+                pads=[0] * (2 * n),
+                dilations=[1] * n,
+                ceil_mode=0,
+                count_include_pad=0,
+                layout="NCHW",
+                is_global=True,
+            )
         if len(ctx.outputs) > 1 and ctx.outputs[1]:
             ctx.unsupported("the Indices output of MaxPool is not supported")
         if int(ctx.attr("storage_order", 0)):
@@ -65,10 +78,20 @@ class Pool(OpDef):
         pads = resolve_pads(ctx, xs[2:], kernel, strides, dil)
         if any(pads[i] >= kernel[i] or pads[i + n] >= kernel[i] for i in range(n)):
             ctx.invalid(f"pads {pads} must be smaller than the kernel {kernel} (onnxruntime refuses larger ones)")
-        return ctx.make_node("Pool", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], kind=kind, kernel=kernel,
-                             strides=strides, pads=pads, dilations=dil, ceil_mode=int(ctx.attr("ceil_mode", 0)),
-                             count_include_pad=int(ctx.attr("count_include_pad", 0)), layout="NCHW",
-                             is_global=False)
+        return ctx.make_node(
+            "Pool",
+            inputs=ctx.inputs[:1],
+            outputs=ctx.outputs[:1],
+            kind=kind,
+            kernel=kernel,
+            strides=strides,
+            pads=pads,
+            dilations=dil,
+            ceil_mode=int(ctx.attr("ceil_mode", 0)),
+            count_include_pad=int(ctx.attr("count_include_pad", 0)),
+            layout="NCHW",
+            is_global=False,
+        )
 
     def _dims(self, node: Node, graph: Graph) -> dict[str, Any]:
         a = node.attrs
@@ -88,12 +111,29 @@ class Pool(OpDef):
             if a["ceil_mode"] and (o - 1) * s[i] >= sp[i] + pb[i]:
                 o -= 1  # the last window may not start in the end padding
             out.append(o)
-        return dict(N=N, C=C, H=sp[0], W=sp[1], KH=k[0], KW=k[1], SH=s[0], SW=s[1], DH=d[0], DW=d[1],
-                    PT=pb[0], PL=pb[1], PB=pe[0], PR=pe[1], OH=out[0], OW=out[1], n=n)
+        return dict(
+            N=N,
+            C=C,
+            H=sp[0],
+            W=sp[1],
+            KH=k[0],
+            KW=k[1],
+            SH=s[0],
+            SW=s[1],
+            DH=d[0],
+            DW=d[1],
+            PT=pb[0],
+            PL=pb[1],
+            PB=pe[0],
+            PR=pe[1],
+            OH=out[0],
+            OW=out[1],
+            n=n,
+        )
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         m = self._dims(node, graph)
-        sp = [m["OH"], m["OW"]][2 - m["n"]:]
+        sp = [m["OH"], m["OW"]][2 - m["n"] :]
         dt = graph.tensor(node.inputs[0]).dtype
         if node.attrs["layout"] == "NCHW":
             return [((m["N"], m["C"], *sp), dt)]
@@ -128,7 +168,7 @@ class Pool(OpDef):
                 else:
                     with np.errstate(invalid="ignore"):  # Inf + -Inf in a window: NaN, as the C
                         y[:, oh, ow] = win.sum(axis=(1, 2)) / max(1, ch * cw)
-        y = y.reshape(m["N"], *([m["OH"], m["OW"]][2 - m["n"]:]), m["C"]).astype(inputs[0].dtype)
+        y = y.reshape(m["N"], *([m["OH"], m["OW"]][2 - m["n"] :]), m["C"]).astype(inputs[0].dtype)
         if a["layout"] == "NCHW":
             y = np.moveaxis(y, -1, 1)
         return [np.ascontiguousarray(y)]
@@ -143,8 +183,10 @@ class Pool(OpDef):
         super().check_supported(node, graph)
         dt = graph.tensor(node.inputs[0]).dtype
         if node.attrs["kind"] != "max" and dt != "float32":
-            raise UnsupportedError(f"node '{node.source or node.name}' (Pool): average pooling of {dt} "
-                                   "needs the integer QAvgPool (float32 only here)")
+            raise UnsupportedError(
+                f"node '{node.source or node.name}' (Pool): average pooling of {dt} "
+                "needs the integer QAvgPool (float32 only here)"
+            )
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         if node.attrs["layout"] != "NHWC":
@@ -156,8 +198,16 @@ class Pool(OpDef):
         padded = any(m[k] for k in ("PT", "PL", "PB", "PR")) or a["ceil_mode"]
         dt = graph.tensor(node.inputs[0]).dtype
         lowest = {"float32": "-INFINITY", "int8": "INT8_MIN", "uint8": "0"}[dt]
-        return dict(m=m, kind=a["kind"], padded=padded, T=ctype(dt), lowest=lowest, is_float=dt == "float32",
-                    global_pool=a.get("is_global", False),
-                    include_pad=bool(a["count_include_pad"]),
-                    uniform=(not padded) or (a["kind"] == "avg" and a["count_include_pad"] and not a["ceil_mode"]),
-                    div_h=[c for _, _, c in wh], div_w=[c for _, _, c in ww])
+        return dict(
+            m=m,
+            kind=a["kind"],
+            padded=padded,
+            T=ctype(dt),
+            lowest=lowest,
+            is_float=dt == "float32",
+            global_pool=a.get("is_global", False),
+            include_pad=bool(a["count_include_pad"]),
+            uniform=(not padded) or (a["kind"] == "avg" and a["count_include_pad"] and not a["ceil_mode"]),
+            div_h=[c for _, _, c in wh],
+            div_w=[c for _, _, c in ww],
+        )

@@ -6,6 +6,7 @@ when its scale and zero point equal the output's, an exact zero-point shift when
 are Concat's ([outer][row], input k fills a fixed column range). Also imports onnxruntime's
 com.microsoft QLinearConcat (uint8 through exact QRequantize shifts).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -31,14 +32,14 @@ def build_qconcat(graph: Graph, name: str, inputs: list[str], out: str, axis: in
     if rank == 0 or not -rank <= axis < rank:
         raise UnsupportedError(f"{where}: axis {axis} out of range for rank {rank}")
     axis %= rank
-    if any(len(s) != rank or any(a != b for k, (a, b) in enumerate(zip(s, shapes[0])) if k != axis)
-           for s in shapes):
+    if any(len(s) != rank or any(a != b for k, (a, b) in enumerate(zip(s, shapes[0])) if k != axis) for s in shapes):
         raise UnsupportedError(f"{where}: input shapes {[list(s) for s in shapes]} do not agree off axis {axis}")
     oshape = list(shapes[0])
     oshape[axis] = sum(s[axis] for s in shapes)
     if tuple(graph.tensor(out).shape) != tuple(oshape):
-        raise UnsupportedError(f"{where}: output '{out}' has shape {list(graph.tensor(out).shape)}, "
-                               f"the inputs give {oshape}")
+        raise UnsupportedError(
+            f"{where}: output '{out}' has shape {list(graph.tensor(out).shape)}, the inputs give {oshape}"
+        )
     modes, in_zp, mult, shift, lshift = [], [], [], [], []
     for i in inputs:
         if graph.tensor(i).dtype != "int8":
@@ -54,10 +55,14 @@ def build_qconcat(graph: Graph, name: str, inputs: list[str], out: str, axis: in
         mult.append(0 if m is None else m[0])
         shift.append(0 if m is None else m[1])
         lshift.append(0 if m is None else m[2])
-    return Node(name, "QConcat", list(inputs), [out],
-                dict(axis=axis, modes=modes, in_zp=in_zp, multiplier=mult, shift=shift, left_shift=lshift,
-                     out_zp=zo),
-                source=source)
+    return Node(
+        name,
+        "QConcat",
+        list(inputs),
+        [out],
+        dict(axis=axis, modes=modes, in_zp=in_zp, multiplier=mult, shift=shift, left_shift=lshift, out_zp=zo),
+        source=source,
+    )
 
 
 @register
@@ -77,8 +82,9 @@ class QConcat(Concat):
         """(Y_scale, Y_zp, then (X, X_scale, X_zp) per input) -> Y; attr axis."""
         n = len(ctx.inputs) - 2
         if n < 3 or n % 3:
-            ctx.unsupported(f"{len(ctx.inputs)} inputs: need Y_scale, Y_zero_point, then (X, X_scale, "
-                            f"X_zero_point) triples")
+            ctx.unsupported(
+                f"{len(ctx.inputs)} inputs: need Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) triples"
+            )
         if not ctx.has_attr("axis"):
             ctx.unsupported("attribute 'axis' is required")
         ms = _MsIO(ctx)
@@ -91,8 +97,9 @@ class QConcat(Concat):
         if rank == 0 or not -rank <= axis < rank:
             ctx.unsupported(f"axis {axis} out of range for rank {rank}")
         axis %= rank
-        if any(len(sh) != rank or any(a != b for k, (a, b) in enumerate(zip(sh, shapes[0])) if k != axis)
-               for sh in shapes):
+        if any(
+            len(sh) != rank or any(a != b for k, (a, b) in enumerate(zip(sh, shapes[0])) if k != axis) for sh in shapes
+        ):
             ctx.unsupported(f"input shapes {[list(sh) for sh in shapes]} do not agree off axis {axis}")
         oshape = list(shapes[0])
         oshape[axis] = sum(sh[axis] for sh in shapes)
@@ -109,10 +116,16 @@ class QConcat(Concat):
             if a["modes"][k] == "copy":
                 parts.append(x.astype(np.int8))
                 continue
-            pa = dict(in_zp=a["in_zp"][k], out_zp=a["out_zp"], exact=a["modes"][k] == "shift",
-                      multiplier=a["multiplier"][k], shift=a["shift"][k], left_shift=a["left_shift"][k],
-                      qmin=QRANGE["int8"][0],
-                      qmax=QRANGE["int8"][1])
+            pa = dict(
+                in_zp=a["in_zp"][k],
+                out_zp=a["out_zp"],
+                exact=a["modes"][k] == "shift",
+                multiplier=a["multiplier"][k],
+                shift=a["shift"][k],
+                left_shift=a["left_shift"][k],
+                qmin=QRANGE["int8"][0],
+                qmax=QRANGE["int8"][1],
+            )
             parts.append(rescale_attrs(pa, x).astype(np.int8))
         return [np.ascontiguousarray(np.concatenate(parts, axis=a["axis"]))]
 
@@ -121,6 +134,11 @@ class QConcat(Concat):
         a = node.attrs
         for p in ctx["parts"]:
             k = p["index"]
-            p.update(mode=a["modes"][k], in_zp=a["in_zp"][k], multiplier=a["multiplier"][k], shift=a["shift"][k],
-                     left_shift=a["left_shift"][k])
+            p.update(
+                mode=a["modes"][k],
+                in_zp=a["in_zp"][k],
+                multiplier=a["multiplier"][k],
+                shift=a["shift"][k],
+                left_shift=a["left_shift"][k],
+            )
         return dict(ctx, out_zp=a["out_zp"])

@@ -13,6 +13,7 @@ Per-tensor parameters are baked into the kernel as literals (the node has one in
 parameters are constant inputs 1 (scale, float32 [C]) and 2 (zero point, int32 [C]).
 Float8 / int4 / int2 / float4 types and blocked quantization (``block_size`` > 0) are refused.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -27,12 +28,20 @@ from tinyc.quantize import arith
 
 #: Integer types a quantized tensor may have, with their [qmin, qmax].
 QRANGE: dict[str, tuple[int, int]] = {
-    "int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
+    "int8": (-128, 127),
+    "uint8": (0, 255),
+    "int16": (-32768, 32767),
+    "uint16": (0, 65535),
 }
 #: DequantizeLinear also takes int32 input (e.g. biases).
 DQ_IN = tuple(QRANGE) + ("int32",)
-_ONNX_QTYPES = {TensorProto.INT8: "int8", TensorProto.UINT8: "uint8", TensorProto.INT16: "int16",
-                TensorProto.UINT16: "uint16", TensorProto.INT32: "int32"}
+_ONNX_QTYPES = {
+    TensorProto.INT8: "int8",
+    TensorProto.UINT8: "uint8",
+    TensorProto.INT16: "int16",
+    TensorProto.UINT16: "uint16",
+    TensorProto.INT32: "int32",
+}
 
 
 def _type_name(elem: int) -> str:
@@ -70,14 +79,20 @@ def _params(ctx: Any, qdtype: str | None) -> dict[str, Any]:
         ctx.unsupported("scale must be finite")
     rank = len(ctx.shape(0))
     if scale.size == 1:  # scalar or 1-element: per-tensor (as onnxruntime treats it)
-        return {"axis": None, "scale": float(scale.reshape(-1)[0]), "zp": int(zp.reshape(-1)[0]),
-                "qdtype": qdtype, "inputs": [ctx.inputs[0]]}
+        return {
+            "axis": None,
+            "scale": float(scale.reshape(-1)[0]),
+            "zp": int(zp.reshape(-1)[0]),
+            "qdtype": qdtype,
+            "inputs": [ctx.inputs[0]],
+        }
     if scale.ndim != 1:
         ctx.unsupported(f"scale of shape {scale.shape}: only scalar or 1-D (per-axis) scales are supported")
     axis = normalize_axis(int(ctx.attr("axis", 1)), rank, f"node '{ctx.name}' ({ctx.op_type})")
     if rank == 0 or ctx.shape(0)[axis] != scale.size:
-        ctx.unsupported(f"per-axis scale of length {scale.size} does not match dim {axis} of input "
-                        f"shape {ctx.shape(0)}")
+        ctx.unsupported(
+            f"per-axis scale of length {scale.size} does not match dim {axis} of input shape {ctx.shape(0)}"
+        )
     s = ctx.add_constant("scale", scale)
     z = ctx.add_constant("zero_point", zp.astype(np.int32))
     return {"axis": axis, "qdtype": qdtype, "inputs": [ctx.inputs[0], s, z]}
@@ -90,8 +105,11 @@ def _bshape(x: np.ndarray, axis: int) -> list[int]:
 
 
 def _split(shape: tuple[int, ...], axis: int) -> dict[str, int]:
-    return {"outer": int(np.prod(shape[:axis], dtype=np.int64)), "C": int(shape[axis]),
-            "inner": int(np.prod(shape[axis + 1:], dtype=np.int64))}
+    return {
+        "outer": int(np.prod(shape[:axis], dtype=np.int64)),
+        "C": int(shape[axis]),
+        "inner": int(np.prod(shape[axis + 1 :], dtype=np.int64)),
+    }
 
 
 class _QDQ(OpDef):
@@ -159,9 +177,13 @@ class QuantizeLinear(_QDQ):
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         qmin, qmax = QRANGE[node.attrs["qdtype"]]
         x = graph.tensor(node.inputs[0])
-        return dict(self._per_axis_ctx(node, graph), qmin=qmin, qmax=qmax,
-                    T="double" if x.dtype == "int32" else "float",
-                    rint="rint" if x.dtype == "int32" else "rintf")
+        return dict(
+            self._per_axis_ctx(node, graph),
+            qmin=qmin,
+            qmax=qmax,
+            T="double" if x.dtype == "int32" else "float",
+            rint="rint" if x.dtype == "int32" else "rintf",
+        )
 
 
 @register
@@ -191,8 +213,11 @@ class DequantizeLinear(_QDQ):
         a = node.attrs
         if a["axis"] is None:
             return QuantParams(np.array(a["scale"], np.float32), np.array(a["zp"], np.int64), None)
-        return QuantParams(np.asarray(graph.tensor(node.inputs[1]).data, np.float32).copy(),
-                           np.asarray(graph.tensor(node.inputs[2]).data, np.int64).copy(), int(a["axis"]))
+        return QuantParams(
+            np.asarray(graph.tensor(node.inputs[1]).data, np.float32).copy(),
+            np.asarray(graph.tensor(node.inputs[2]).data, np.int64).copy(),
+            int(a["axis"]),
+        )
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]

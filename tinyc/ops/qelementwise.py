@@ -18,11 +18,13 @@ run time is integer only (tinyc/quantize/arith.py == runtime_c/include/tinyc_q.h
 
 uint8 QOperators run on the int8 kernels between exact QRequantize shifts (q_int8 = q_uint8 - 128).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -31,8 +33,7 @@ from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, OutputType, register
 from tinyc.ops.elementwise import collapse_broadcast
 from tinyc.quantize import arith
-from tinyc.quantize.qparams import (add_qconstant, add_qtensor, import_scale, import_zero_point, per_tensor,
-                                    qparams_of)
+from tinyc.quantize.qparams import add_qconstant, add_qtensor, import_scale, import_zero_point, per_tensor, qparams_of
 
 #: Integer activation types and their ranges.
 QRANGE: dict[str, tuple[int, int]] = {"int8": (-128, 127), "uint8": (0, 255)}
@@ -63,8 +64,9 @@ def qtensor(graph: Graph, tensor: str, where: str, dtypes: tuple[str, ...] = ("i
     return s, zp
 
 
-def clamp_range(activation: tuple[float | None, float | None] | None, s_out: float, zp_out: int,
-                where: str) -> tuple[int, int]:
+def clamp_range(
+    activation: tuple[float | None, float | None] | None, s_out: float, zp_out: int, where: str
+) -> tuple[int, int]:
     """A real clamp (lo, hi) (None: no clamp) as the int8 output range [act_min, act_max]."""
     if activation is None:
         return arith.INT8_MIN, arith.INT8_MAX
@@ -104,8 +106,15 @@ class _QOp(OpDef):
 
 
 # -- QAdd / QMul ---------------------------------------------------------------------------------------
-def build_qadd(graph: Graph, name: str, a: str, b: str, out: str,
-               activation: tuple[float | None, float | None] | None = None, source: str = "") -> Node:
+def build_qadd(
+    graph: Graph,
+    name: str,
+    a: str,
+    b: str,
+    out: str,
+    activation: tuple[float | None, float | None] | None = None,
+    source: str = "",
+) -> Node:
     """int8 a + int8 b -> int8 out (numpy broadcasting): TFLite's integer Add, clamp fused."""
     where = _where(name, source, "QAdd")
     (s1, z1), (s2, z2), (so, zo) = (qtensor(graph, t, where) for t in (a, b, out))
@@ -122,12 +131,20 @@ def build_qadd(graph: Graph, name: str, a: str, b: str, out: str,
 
 def add_params_of(attrs: dict[str, Any]) -> arith.AddParams:
     """The node's AddParams, its ``rounding`` mode name turned into the C constant."""
-    return arith.AddParams(**{k: attrs[k] for k in ADD_FIELDS if k != "rounding"},
-                           rounding=arith.rounding_code(arith.rounding_of(attrs)))
+    return arith.AddParams(
+        **{k: attrs[k] for k in ADD_FIELDS if k != "rounding"}, rounding=arith.rounding_code(arith.rounding_of(attrs))
+    )
 
 
-def build_qmul(graph: Graph, name: str, a: str, b: str, out: str,
-               activation: tuple[float | None, float | None] | None = None, source: str = "") -> Node:
+def build_qmul(
+    graph: Graph,
+    name: str,
+    a: str,
+    b: str,
+    out: str,
+    activation: tuple[float | None, float | None] | None = None,
+    source: str = "",
+) -> Node:
     """int8 a * int8 b -> int8 out (numpy broadcasting): int32 product, one requantization."""
     where = _where(name, source, "QMul")
     (s1, z1), (s2, z2), (so, zo) = (qtensor(graph, t, where) for t in (a, b, out))
@@ -137,14 +154,20 @@ def build_qmul(graph: Graph, name: str, a: str, b: str, out: str,
         m, sh = arith.requant_params(np.float32(s1), np.float32(s2), np.float32(so))
     except ValueError as exc:
         raise UnsupportedError(f"{where}: multiplier s_a * s_b / s_out: {exc}") from None
-    return Node(name, "QMul", [a, b], [out], dict(a_zp=z1, b_zp=z2, multiplier=int(m), shift=int(sh),
-                                                  out_zp=zo, act_min=amin, act_max=amax), source=source)
+    return Node(
+        name,
+        "QMul",
+        [a, b],
+        [out],
+        dict(a_zp=z1, b_zp=z2, multiplier=int(m), shift=int(sh), out_zp=zo, act_min=amin, act_max=amax),
+        source=source,
+    )
 
 
 class _QBinary(_QOp):
     dtypes = ("int8",)
     inplace = True
-    layout_agnostic = True   # attrs hold every parameter, so transposed constants need no quant
+    layout_agnostic = True  # attrs hold every parameter, so transposed constants need no quant
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         sa, sb = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
@@ -191,17 +214,32 @@ class QMul(_QBinary):
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         a = node.attrs
-        return [np.asarray(arith.mul_int8(inputs[0], inputs[1], a["a_zp"], a["b_zp"], a["multiplier"], a["shift"],
-                                          a["out_zp"], a["act_min"], a["act_max"], arith.rounding_of(a)),
-                           np.int8)]
+        return [
+            np.asarray(
+                arith.mul_int8(
+                    inputs[0],
+                    inputs[1],
+                    a["a_zp"],
+                    a["b_zp"],
+                    a["multiplier"],
+                    a["shift"],
+                    a["out_zp"],
+                    a["act_min"],
+                    a["act_max"],
+                    arith.rounding_of(a),
+                ),
+                np.int8,
+            )
+        ]
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         return dict(super().kernel_context(node, graph, schedule), **arith.rounding_context(node.attrs))
 
 
 # -- QLut ---------------------------------------------------------------------------------------------
-def build_qlut(graph: Graph, name: str, x: str, out: str, fn: Callable[[np.ndarray], np.ndarray],
-               source: str = "") -> Node:
+def build_qlut(
+    graph: Graph, name: str, x: str, out: str, fn: Callable[[np.ndarray], np.ndarray], source: str = ""
+) -> Node:
     """y = lut[x + 128] with lut[q + 128] = QuantizeLinear(fn(DequantizeLinear(q))) (float64, rounding
     half to even); `fn` maps a float64 array to float64. NaN results map to -128 (what tinyc's
     QuantizeLinear kernel gives NaN), +-inf saturate."""
@@ -279,17 +317,38 @@ def build_qrequantize(graph: Graph, name: str, x: str, out: str, source: str = "
         mult = arith.rescale_params(si, so)
     except ValueError as exc:
         raise UnsupportedError(f"{where}: multiplier s_in / s_out: {exc}") from None
-    return Node(name, "QRequantize", [x], [out],
-                dict(in_zp=zi, out_zp=zo, exact=mult is None, multiplier=0 if mult is None else mult[0],
-                     shift=0 if mult is None else mult[1], left_shift=0 if mult is None else mult[2],
-                     qmin=qmin, qmax=qmax, out_dtype=out_dtype),
-                source=source)
+    return Node(
+        name,
+        "QRequantize",
+        [x],
+        [out],
+        dict(
+            in_zp=zi,
+            out_zp=zo,
+            exact=mult is None,
+            multiplier=0 if mult is None else mult[0],
+            shift=0 if mult is None else mult[1],
+            left_shift=0 if mult is None else mult[2],
+            qmin=qmin,
+            qmax=qmax,
+            out_dtype=out_dtype,
+        ),
+        source=source,
+    )
 
 
 def rescale_attrs(a: dict[str, Any], x: np.ndarray) -> np.ndarray:
     """The golden QRequantize of x under attrs `a` (also one QConcat input)."""
-    return arith.rescale(x, a["in_zp"], a["out_zp"], a["qmin"], a["qmax"],
-                         None if a["exact"] else a["multiplier"], a["shift"], a["left_shift"])
+    return arith.rescale(
+        x,
+        a["in_zp"],
+        a["out_zp"],
+        a["qmin"],
+        a["qmax"],
+        None if a["exact"] else a["multiplier"],
+        a["shift"],
+        a["left_shift"],
+    )
 
 
 @register
@@ -360,15 +419,19 @@ class _MsIO:
         if dt == "int8":
             return name
         if t.is_constant:  # uint8 constant -> int8 constant, exactly
-            return add_qconstant(g, f"{ctx.name}_{name}_i8", (t.data.astype(np.int16) - 128).astype(np.int8),
-                                 s, zp - 128)
+            return add_qconstant(
+                g, f"{ctx.name}_{name}_i8", (t.data.astype(np.int16) - 128).astype(np.int8), s, zp - 128
+            )
         for n in [*g.nodes, *self.before]:  # an int8 twin exists: made for an earlier QOperator, or the
             if n.op != "QRequantize" or not n.attrs["exact"]:  # int8 value a uint8 output was made from
                 continue
             if n.inputs[0] == name and n.attrs["out_dtype"] == "int8" and n.attrs["out_zp"] == n.attrs["in_zp"] - 128:
                 return n.outputs[0]
-            if n.outputs[0] == name and g.tensor(n.inputs[0]).dtype == "int8" \
-                    and n.attrs["out_zp"] == n.attrs["in_zp"] + 128:
+            if (
+                n.outputs[0] == name
+                and g.tensor(n.inputs[0]).dtype == "int8"
+                and n.attrs["out_zp"] == n.attrs["in_zp"] + 128
+            ):
                 return n.inputs[0]
         mid = g.unique_name(f"{name}_i8")
         add_qtensor(g, mid, t.shape, s, zp - 128)

@@ -17,6 +17,7 @@ com.microsoft ``QGemm``: an optional third input, an int32 bias per column on th
 ``act_max`` (a fused activation) narrow the output clamp. QGemm's uint8 activations run on the
 int8 kernel between exact ``QRequantize`` shifts (q_int8 = q_uint8 - 128).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -28,8 +29,16 @@ from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, OutputType, broadcast_strides, register
 from tinyc.ops.conv import GRID_ORDERS, grid_canonical, grid_knob_target, grid_knobs
 from tinyc.ops.gemm import grid_batches, grid_matmul_context, grid_matmul_default
-from tinyc.ops.qconv import (SIMD_FORMS, _c_literals, _int8_tensor, _split_pairs, float_bias,
-                              quantize_bias_fitting, quantize_weights, requant_and_clamp)
+from tinyc.ops.qconv import (
+    SIMD_FORMS,
+    _c_literals,
+    _int8_tensor,
+    _split_pairs,
+    float_bias,
+    quantize_bias_fitting,
+    quantize_weights,
+    requant_and_clamp,
+)
 from tinyc.quantize import arith
 from tinyc.quantize.qparams import add_qtensor, per_tensor, qparams_of
 
@@ -65,8 +74,16 @@ def _check_bias_acc(where: str, bias: np.ndarray, b_raw: np.ndarray, b_zp: np.nd
         raise UnsupportedError(f"{where}: the int32 accumulator could overflow for this K / weight range / bias")
 
 
-def build_qfc(graph: Graph, name: str, x: str, w: str, b: str | None, out: str,
-              activation: tuple[float | None, float | None] | None = None, source: str = "") -> Node:
+def build_qfc(
+    graph: Graph,
+    name: str,
+    x: str,
+    w: str,
+    b: str | None,
+    out: str,
+    activation: tuple[float | None, float | None] | None = None,
+    source: str = "",
+) -> Node:
     """A QMatMul node computing the float fully connected layer x @ w + b (x [.., K] int8, `w` a
     float32 constant [K, N], `b` a float32 constant [N] or None) into int8 `out` [.., N].
 
@@ -88,8 +105,9 @@ def build_qfc(graph: Graph, name: str, x: str, w: str, b: str | None, out: str,
     if len(xs) < 1 or xs[-1] != K:
         raise UnsupportedError(f"{where}: input {list(xs)} does not match weights [{K}, {N}]")
     if tuple(graph.tensor(out).shape) != (*xs[:-1], N):
-        raise UnsupportedError(f"{where}: output '{out}' has shape {list(graph.tensor(out).shape)}, "
-                               f"expected {[*xs[:-1], N]}")
+        raise UnsupportedError(
+            f"{where}: output '{out}' has shape {list(graph.tensor(out).shape)}, expected {[*xs[:-1], N]}"
+        )
     wq, s_w = quantize_weights(wf, wt.quant, 1, (1, 0))
     bias = None
     if b is not None:
@@ -99,10 +117,26 @@ def build_qfc(graph: Graph, name: str, x: str, w: str, b: str | None, out: str,
     ins = [x, graph.add_constant(graph.unique_name(f"{name}_wq"), wq)]
     if bias is not None:
         ins.append(graph.add_constant(graph.unique_name(f"{name}_bias_q"), bias))
-    return Node(name, "QMatMul", ins, [out],
-                dict(multiplier=mult, shift=shift, a_zp=zp_x, b_zp=[0] * N, y_zp=zp_y, qmin=-128, qmax=127,
-                     ydtype="int8", act_min=act_min, act_max=act_max, w_scale=[float(v) for v in s_w]),
-                source=source)
+    return Node(
+        name,
+        "QMatMul",
+        ins,
+        [out],
+        dict(
+            multiplier=mult,
+            shift=shift,
+            a_zp=zp_x,
+            b_zp=[0] * N,
+            y_zp=zp_y,
+            qmin=-128,
+            qmax=127,
+            ydtype="int8",
+            act_min=act_min,
+            act_max=act_max,
+            w_scale=[float(v) for v in s_w],
+        ),
+        source=source,
+    )
 
 
 @register
@@ -158,10 +192,18 @@ class QMatMul(OpDef):
         qmin, qmax = QTYPES[ctx.dtype(7)]
         w = ctx.add_constant("b_kn", np.ascontiguousarray(b))
         return ctx.make_node(
-            self.op, inputs=[ctx.inputs[0], w], outputs=ctx.outputs[:1],
+            self.op,
+            inputs=[ctx.inputs[0], w],
+            outputs=ctx.outputs[:1],
             multiplier=[int(v) for v in np.asarray(mult).reshape(N)],
             shift=[int(v) for v in np.asarray(shift).reshape(N)],
-            a_zp=a_zp, b_zp=[int(v) for v in b_zp], y_zp=y_zp, qmin=qmin, qmax=qmax, ydtype=ctx.dtype(7))
+            a_zp=a_zp,
+            b_zp=[int(v) for v in b_zp],
+            y_zp=y_zp,
+            qmin=qmin,
+            qmax=qmax,
+            ydtype=ctx.dtype(7),
+        )
 
     # -- shapes ------------------------------------------------------------------------------
     @staticmethod
@@ -196,9 +238,11 @@ class QMatMul(OpDef):
             acc = np.matmul(a64, b64)
         if len(inputs) > 2 and inputs[2] is not None:
             acc = acc + inputs[2].astype(np.int64).reshape(-1)
-        x = np.asarray(arith.multiply_by_quantized_multiplier(
-            acc, np.asarray(at["multiplier"], np.int32), np.asarray(at["shift"], np.int32),
-            arith.rounding_of(at))).astype(np.int64)
+        x = np.asarray(
+            arith.multiply_by_quantized_multiplier(
+                acc, np.asarray(at["multiplier"], np.int32), np.asarray(at["shift"], np.int32), arith.rounding_of(at)
+            )
+        ).astype(np.int64)
         lo, hi = _clamp(at)
         y = np.clip(x + at["y_zp"], lo, hi)
         return [y.astype(at["ydtype"])]
@@ -216,9 +260,15 @@ class QMatMul(OpDef):
         simd = _simd_bias(node, graph) is not None
         if simd:
             macs[1:1] = list(SIMD_FORMS)
-        return {"n_tile": n_tiles, "m_tile": [t for t in (4, 2, 1) if t <= M], "mac": macs,
-                "wide_weights": [False, True] if simd else [False], "variant": ["tiled", "grid"], **grid_knobs(),
-                "loop_order": list(GRID_ORDERS["matmul"])}
+        return {
+            "n_tile": n_tiles,
+            "m_tile": [t for t in (4, 2, 1) if t <= M],
+            "mac": macs,
+            "wide_weights": [False, True] if simd else [False],
+            "variant": ["tiled", "grid"],
+            **grid_knobs(),
+            "loop_order": list(GRID_ORDERS["matmul"]),
+        }
 
     def knob_isa(self, knob: str, value: Any) -> str | None:
         if knob == "mac" and value in SIMD_FORMS:
@@ -232,8 +282,9 @@ class QMatMul(OpDef):
         schedules stay as they were)."""
         if schedule.get("variant") == "grid":
             a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
-            return grid_canonical(schedule, ("n_tile", "m_tile"), self._dims(a, b)[3],
-                                  self.knobs(node, graph)["m_tile"], family="matmul")
+            return grid_canonical(
+                schedule, ("n_tile", "m_tile"), self._dims(a, b)[3], self.knobs(node, graph)["m_tile"], family="matmul"
+            )
         sched = {k: v for k, v in schedule.items() if k not in ("variant", "vec", "local_mem", "loop_order")}
         if "wide_weights" in sched and sched.get("mac") != "dsp":
             sched["wide_weights"] = False
@@ -247,6 +298,7 @@ class QMatMul(OpDef):
         weights of ``wide_weights`` measured 1.4x slower on both NOTES.md FC shapes on the M4: twice
         the loads for one FC row, found by the tuner)."""
         from tinyc.schedule import isa_of  # (tinyc.schedule imports tinyc.ops)
+
         ks = self.knobs(node, graph)
         if target == "opencl":
             a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
@@ -258,8 +310,12 @@ class QMatMul(OpDef):
         simd = next((f for f in reversed(SIMD_FORMS) if f in isa_of(target) and f in ks["mac"]), None)
         if simd is not None:
             n, m = SIMD_BLOCK[simd]
-            s.update(mac=simd, n_tile=max([t for t in ks["n_tile"] if t <= n] or [1]),
-                     m_tile=max([t for t in ks["m_tile"] if t <= m] or [1]), wide_weights=False)
+            s.update(
+                mac=simd,
+                n_tile=max([t for t in ks["n_tile"] if t <= n] or [1]),
+                m_tile=max([t for t in ks["m_tile"] if t <= m] or [1]),
+                wide_weights=False,
+            )
         return s
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
@@ -283,18 +339,40 @@ class QMatMul(OpDef):
             bt = np.ascontiguousarray(np.asarray(graph.tensor(node.inputs[1]).data).T)
             wsplit = simd == "dsp" and bool(sched.get("wide_weights"))
             wr = _split_pairs(bt) if wsplit else bt.reshape(-1)
-            extra.update(wr=_c_literals(wr), wr_len=int(wr.size), wsplit=wsplit, folded=_simd_bias(node, graph),
-                         xoff=128 if graph.tensor(node.inputs[0]).dtype == "uint8" else 0,
-                         KS=int(wr.size) // N)
+            extra.update(
+                wr=_c_literals(wr),
+                wr_len=int(wr.size),
+                wsplit=wsplit,
+                folded=_simd_bias(node, graph),
+                xoff=128 if graph.tensor(node.inputs[0]).dtype == "uint8" else 0,
+                KS=int(wr.size) // N,
+            )
         uniform = len(set(zip(at["multiplier"], at["shift"]))) == 1
         lo, hi = _clamp(at)
         shifts = [int(v) for v in at["shift"]]
-        return dict(variant="tiled", batch=batch, bsa=bsa, bsb=bsb, M=M, K=K, N=N,
-                    n_tile=min(int(sched.get("n_tile", 1)), N), m_tile=min(int(sched.get("m_tile", 1)), M),
-                    mac=sched["mac"], uniform=uniform, has_bzp=any(at["b_zp"]), uniform_bzp=len(set(at["b_zp"])) == 1,
-                    has_bias=len(node.inputs) > 2 and bool(node.inputs[2]), LO=lo - at["y_zp"], HI=hi - at["y_zp"],
-                    rshifts=[max(-v, 0) for v in shifts], lshift=any(v > 0 for v in shifts),
-                    lmuls=[1 << max(v, 0) for v in shifts], **extra, **arith.rounding_context(at))
+        return dict(
+            variant="tiled",
+            batch=batch,
+            bsa=bsa,
+            bsb=bsb,
+            M=M,
+            K=K,
+            N=N,
+            n_tile=min(int(sched.get("n_tile", 1)), N),
+            m_tile=min(int(sched.get("m_tile", 1)), M),
+            mac=sched["mac"],
+            uniform=uniform,
+            has_bzp=any(at["b_zp"]),
+            uniform_bzp=len(set(at["b_zp"])) == 1,
+            has_bias=len(node.inputs) > 2 and bool(node.inputs[2]),
+            LO=lo - at["y_zp"],
+            HI=hi - at["y_zp"],
+            rshifts=[max(-v, 0) for v in shifts],
+            lshift=any(v > 0 for v in shifts),
+            lmuls=[1 << max(v, 0) for v in shifts],
+            **extra,
+            **arith.rounding_context(at),
+        )
 
     def _grid_context(self, node: Node, graph: Graph, sched: dict[str, Any]) -> dict[str, Any]:
         """Template variables of the "grid" kernel: int32 products of (a - a_zp) and b, the bias
@@ -306,13 +384,28 @@ class QMatMul(OpDef):
         bsb = [s * K * N for s in broadcast_strides(tuple(b[:-2]), batch)] if batch else []
         lo, hi = _clamp(at)
         shifts = [int(v) for v in at["shift"]]
-        ctx = dict(variant="grid", batch=batch, M=M, K=K, N=N, nbat=int(np.prod(batch, dtype=np.int64)),
-                   aoff=grid_batches(batch, bsa), boff=grid_batches(batch, bsb),
-                   uniform=len(set(zip(at["multiplier"], at["shift"]))) == 1, has_bzp=any(at["b_zp"]),
-                   uniform_bzp=len(set(at["b_zp"])) == 1, has_bias=len(node.inputs) > 2 and bool(node.inputs[2]),
-                   LO=lo - at["y_zp"], HI=hi - at["y_zp"], rshifts=[max(-v, 0) for v in shifts],
-                   lshift=any(v > 0 for v in shifts), lmuls=[1 << max(v, 0) for v in shifts], mac="i32", simd=None,
-                   **arith.rounding_context(at))
+        ctx = dict(
+            variant="grid",
+            batch=batch,
+            M=M,
+            K=K,
+            N=N,
+            nbat=int(np.prod(batch, dtype=np.int64)),
+            aoff=grid_batches(batch, bsa),
+            boff=grid_batches(batch, bsb),
+            uniform=len(set(zip(at["multiplier"], at["shift"]))) == 1,
+            has_bzp=any(at["b_zp"]),
+            uniform_bzp=len(set(at["b_zp"])) == 1,
+            has_bias=len(node.inputs) > 2 and bool(node.inputs[2]),
+            LO=lo - at["y_zp"],
+            HI=hi - at["y_zp"],
+            rshifts=[max(-v, 0) for v in shifts],
+            lshift=any(v > 0 for v in shifts),
+            lmuls=[1 << max(v, 0) for v in shifts],
+            mac="i32",
+            simd=None,
+            **arith.rounding_context(at),
+        )
         ctx.update(grid_matmul_context(M, K, N, sched, np.dtype(graph.tensor(node.inputs[1]).dtype).itemsize))
         return ctx
 
@@ -329,8 +422,7 @@ def _simd_bias(node: Node, graph: Graph) -> list[int] | None:
     |start| + 128 * sum_k |b[k, n]| <= 2^31 - 1 (the bound of qconv's "i16x2")."""
     at = node.attrs
     bt, a_t = graph.tensor(node.inputs[1]), graph.tensor(node.inputs[0])
-    if bt.dtype != "int8" or bt.data is None or len(bt.shape) != 2 or any(at["b_zp"]) or \
-            a_t.dtype not in QTYPES:
+    if bt.dtype != "int8" or bt.data is None or len(bt.shape) != 2 or any(at["b_zp"]) or a_t.dtype not in QTYPES:
         return None
     b = np.asarray(bt.data, np.int64)
     if not b.size or int(np.abs(b).max()) > 127:
@@ -364,6 +456,7 @@ def _import_qgemm(ctx: Any) -> list[Node]:
     and the rest is QMatMul's integer arithmetic; uint8 A / y go through exact QRequantize shifts to
     int8 (q - 128, zp - 128), uint8 B becomes int8 B - 128 with b_zp - 128 (b - b_zp unchanged)."""
     from tinyc.ops.qelementwise import build_qrequantize
+
     g = ctx.graph
     if not ctx.has_input(7):
         ctx.unsupported("y_scale is absent: QGemm with a float output is not supported (quantized output only)")
@@ -400,8 +493,14 @@ def _import_qgemm(ctx: Any) -> list[Node]:
     a_zp = int(_scalar(ctx, 2, "a_zero_point")) if ctx.has_input(2) else 0
     y_zp = int(_scalar(ctx, 8, "y_zero_point"))
     b_zp = _per_col(ctx, 5, "b_zero_point", N).astype(np.int64) if ctx.has_input(5) else np.zeros(N, np.int64)
-    if not (np.isfinite(a_scale) and a_scale > 0 and np.isfinite(y_scale) and y_scale > 0
-            and np.all(np.isfinite(b_scale)) and np.all(b_scale >= 0)):
+    if not (
+        np.isfinite(a_scale)
+        and a_scale > 0
+        and np.isfinite(y_scale)
+        and y_scale > 0
+        and np.all(np.isfinite(b_scale))
+        and np.all(b_scale >= 0)
+    ):
         ctx.unsupported("scales must be finite, a_scale and y_scale > 0, b_scale >= 0")
     if ctx.has_input(6):
         if ctx.dtype(6) != "int32":
@@ -433,7 +532,7 @@ def _import_qgemm(ctx: Any) -> list[Node]:
         _check_bias_acc(f"node '{ctx.name}' (QGemm)", np.zeros(N) if c is None else c, b_i8, b_zp)
     except UnsupportedError as e:
         ctx.unsupported(str(e).split(": ", 1)[-1])
-    if c is not None and (c.min() < -2**31 or c.max() > INT32_MAX):
+    if c is not None and (c.min() < -(2**31) or c.max() > INT32_MAX):
         ctx.unsupported("C outside int32")
     # A: its grid, int8 (uint8 through an exact QRequantize), transposed if transA
     nodes: list[Node] = []
@@ -444,8 +543,9 @@ def _import_qgemm(ctx: Any) -> list[Node]:
     if ta_t.quant is None:
         ta_t.quant = per_tensor(a_scale, a_zp)
     elif qparams_of(g, a_name) != (float(np.float32(a_scale)), a_zp):
-        ctx.unsupported(f"A '{a_name}' is already quantized as {qparams_of(g, a_name)}, this node reads it as "
-                        f"{(a_scale, a_zp)}")
+        ctx.unsupported(
+            f"A '{a_name}' is already quantized as {qparams_of(g, a_name)}, this node reads it as {(a_scale, a_zp)}"
+        )
     a_zp_i8 = a_zp - (128 if at == "uint8" else 0)
     if at == "uint8":
         mid = g.unique_name(f"{a_name}_i8")
@@ -455,8 +555,11 @@ def _import_qgemm(ctx: Any) -> list[Node]:
     if ta:
         at_name = g.unique_name(f"{ctx.name}_a_t")
         add_qtensor(g, at_name, (M, K), a_scale, a_zp_i8)
-        nodes.append(Node(g.unique_name(f"{ctx.name}_transA"), "Transpose", [a_name], [at_name], {"perm": [1, 0]},
-                          source=ctx.name))
+        nodes.append(
+            Node(
+                g.unique_name(f"{ctx.name}_transA"), "Transpose", [a_name], [at_name], {"perm": [1, 0]}, source=ctx.name
+            )
+        )
         a_name = at_name
     out = ctx.outputs[0]
     add_qtensor(g, out, (M, N), y_scale, y_zp, yt)
@@ -467,11 +570,25 @@ def _import_qgemm(ctx: Any) -> list[Node]:
     ins = [a_name, ctx.add_constant("b_kn", np.ascontiguousarray(b_i8))]
     if c is not None:
         ins.append(ctx.add_constant("bias", c.astype(np.int32)))
-    nodes.append(Node(ctx.name, "QMatMul", ins, [y_name],
-                      dict(multiplier=[int(v) for v in np.asarray(mult).reshape(N)],
-                           shift=[int(v) for v in np.asarray(shift).reshape(N)], a_zp=a_zp_i8,
-                           b_zp=[int(v) for v in b_zp], y_zp=y_zp - (128 if yt == "uint8" else 0),
-                           qmin=-128, qmax=127, ydtype="int8"), source=ctx.name))
+    nodes.append(
+        Node(
+            ctx.name,
+            "QMatMul",
+            ins,
+            [y_name],
+            dict(
+                multiplier=[int(v) for v in np.asarray(mult).reshape(N)],
+                shift=[int(v) for v in np.asarray(shift).reshape(N)],
+                a_zp=a_zp_i8,
+                b_zp=[int(v) for v in b_zp],
+                y_zp=y_zp - (128 if yt == "uint8" else 0),
+                qmin=-128,
+                qmax=127,
+                ydtype="int8",
+            ),
+            source=ctx.name,
+        )
+    )
     if yt == "uint8":
         nodes.append(build_qrequantize(g, g.unique_name(f"{ctx.name}_{out}_u8"), y_name, out, source=ctx.name))
     return nodes

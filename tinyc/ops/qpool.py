@@ -21,6 +21,7 @@ exact mean by up to 0.625 LSB (e.g. 329 * 0.147 = 48.36 -> srdhm 193.53 -> 194 -
 half away from zero; onnxruntime's QDQ average (DQ -> float mean -> Q) rounds half to even in
 float, so the two differ by 1 LSB at exact ties (and nowhere else in our measurements).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -62,13 +63,17 @@ def build_qmaxpool(graph: Graph, name: str, x: str, out: str, pool_attrs: dict[s
     Exact only when x and out share their quantization parameters; otherwise UnsupportedError."""
     where = _where(source, name)
     if graph.tensor(x).dtype not in Pool.INT_DTYPES or graph.tensor(out).dtype != graph.tensor(x).dtype:
-        raise UnsupportedError(f"{where} (MaxPool): needs int8/uint8 input and output of the same type "
-                               f"(got {graph.tensor(x).dtype} -> {graph.tensor(out).dtype})")
+        raise UnsupportedError(
+            f"{where} (MaxPool): needs int8/uint8 input and output of the same type "
+            f"(got {graph.tensor(x).dtype} -> {graph.tensor(out).dtype})"
+        )
     if pool_attrs.get("kind", "max") != "max":
         raise UnsupportedError(f"{where} (MaxPool): pool kind {pool_attrs.get('kind')!r} is not 'max'")
     if not _same_qparams(graph, x, out):
-        raise UnsupportedError(f"{where} (MaxPool): input {qparams_of(graph, x)} and output "
-                               f"{qparams_of(graph, out)} quantization parameters differ (requantize first)")
+        raise UnsupportedError(
+            f"{where} (MaxPool): input {qparams_of(graph, x)} and output "
+            f"{qparams_of(graph, out)} quantization parameters differ (requantize first)"
+        )
     attrs = dict(pool_attrs, kind="max")
     attrs.setdefault("is_global", False)
     return Node(name, "Pool", [x], [out], attrs, source=source)
@@ -116,16 +121,26 @@ def build_qavgpool(graph: Graph, name: str, x: str, out: str, pool_attrs: dict[s
     node = Node(name, "QAvgPool", [x], [out], attrs, source=source)
     dims = QAvgPool()._dims(node, graph)
     if dims["KH"] * dims["KW"] > MAX_TAPS:
-        raise UnsupportedError(f"{where} (AveragePool): a window of {dims['KH'] * dims['KW']} taps could "
-                               f"overflow the int32 sum (max {MAX_TAPS})")
+        raise UnsupportedError(
+            f"{where} (AveragePool): a window of {dims['KH'] * dims['KW']} taps could "
+            f"overflow the int32 sum (max {MAX_TAPS})"
+        )
     count, _ = avgpool_counts(dims, bool(attrs["count_include_pad"]))
     counts = sorted({int(c) for c in count.reshape(-1)})
     try:
         mults, shifts, pre = avg_multipliers(si, so, counts, dims["KH"] * dims["KW"])
     except ValueError as exc:
         raise UnsupportedError(f"{where} (AveragePool): requantization multiplier: {exc}") from None
-    node.attrs.update(x_zp=int(zi), y_zp=int(zo), counts=counts, multiplier=mults, shift=shifts,
-                      pre_shift=pre, act_min=arith.INT8_MIN, act_max=arith.INT8_MAX)
+    node.attrs.update(
+        x_zp=int(zi),
+        y_zp=int(zo),
+        counts=counts,
+        multiplier=mults,
+        shift=shifts,
+        pre_shift=pre,
+        act_min=arith.INT8_MIN,
+        act_max=arith.INT8_MAX,
+    )
     return node
 
 
@@ -145,6 +160,7 @@ class QAvgPool(Pool):
         """com.microsoft QLinearAveragePool / QLinearGlobalAveragePool (X, x_scale, x_zp, y_scale,
         y_zp; attr channels_last): uint8 runs on the int8 kernel between exact QRequantize shifts."""
         from tinyc.ops.qelementwise import _MsIO
+
         xs = ctx.shape(0)
         if len(xs) not in (3, 4):
             ctx.unsupported(f"only 1D and 2D pooling is supported (input rank {len(xs)})")
@@ -158,9 +174,17 @@ class QAvgPool(Pool):
         n = len(spatial)
         layout = "NHWC" if channels_last else "NCHW"
         if ctx.op_type == "QLinearGlobalAveragePool":
-            attrs: dict[str, Any] = dict(kind="avg", kernel=list(spatial), strides=[1] * n, pads=[0] * (2 * n),
-                                         dilations=[1] * n, ceil_mode=0, count_include_pad=0, layout=layout,
-                                         is_global=True)
+            attrs: dict[str, Any] = dict(
+                kind="avg",
+                kernel=list(spatial),
+                strides=[1] * n,
+                pads=[0] * (2 * n),
+                dilations=[1] * n,
+                ceil_mode=0,
+                count_include_pad=0,
+                layout=layout,
+                is_global=True,
+            )
         else:
             if not ctx.has_attr("kernel_shape"):
                 ctx.unsupported("kernel_shape is required")
@@ -172,26 +196,34 @@ class QAvgPool(Pool):
             pads = resolve_pads(ctx, spatial, kernel, strides, dil)
             if len(pads) != 2 * n:
                 ctx.unsupported(f"pads {pads} do not match {n} spatial dims")
-            attrs = dict(kind="avg", kernel=kernel, strides=strides, pads=pads, dilations=dil,
-                         ceil_mode=int(ctx.attr("ceil_mode", 0)),
-                         count_include_pad=int(ctx.attr("count_include_pad", 0)),
-                         layout=layout, is_global=False)
+            attrs = dict(
+                kind="avg",
+                kernel=kernel,
+                strides=strides,
+                pads=pads,
+                dilations=dil,
+                ceil_mode=int(ctx.attr("ceil_mode", 0)),
+                count_include_pad=int(ctx.attr("count_include_pad", 0)),
+                layout=layout,
+                is_global=False,
+            )
         probe = Node(ctx.name, "QAvgPool", [x], [ctx.outputs[0]], attrs, source=ctx.name)
-        (shape, _), = self.infer(probe, ctx.graph)
+        ((shape, _),) = self.infer(probe, ctx.graph)
         if any(d < 1 for d in shape):
             ctx.unsupported(f"empty output {list(shape)}")
         y = ms.output(shape, s_out, zo, out_dtype)
         return ms.finish(build_qavgpool(ctx.graph, ctx.name, x, y, attrs, source=ctx.name))
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
-        (shape, _), = super().infer(node, graph)
+        ((shape, _),) = super().infer(node, graph)
         return [(shape, "int8")]
 
     def check_supported(self, node: Node, graph: Graph) -> None:
         for t in (node.inputs[0], node.outputs[0]):
             if graph.tensor(t).dtype != "int8":
-                raise UnsupportedError(f"node '{node.source or node.name}' (QAvgPool): tensor '{t}' is "
-                                       f"{graph.tensor(t).dtype} (int8 only)")
+                raise UnsupportedError(
+                    f"node '{node.source or node.name}' (QAvgPool): tensor '{t}' is {graph.tensor(t).dtype} (int8 only)"
+                )
 
     def _tables(self, node: Node, graph: Graph) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
         a = node.attrs
@@ -199,8 +231,10 @@ class QAvgPool(Pool):
         count, valid = avgpool_counts(m, bool(a["count_include_pad"]))
         missing = sorted({int(c) for c in count.reshape(-1)} - set(a["counts"]))
         if missing:
-            raise UnsupportedError(f"node '{node.source or node.name}' (QAvgPool): no multiplier for window "
-                                   f"count(s) {missing} (shapes changed after build_qavgpool?)")
+            raise UnsupportedError(
+                f"node '{node.source or node.name}' (QAvgPool): no multiplier for window "
+                f"count(s) {missing} (shapes changed after build_qavgpool?)"
+            )
         return m, count, valid
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -225,17 +259,20 @@ class QAvgPool(Pool):
         mult = np.vectorize(lambda c: lut[int(c)][0], otypes=[np.int64])(count)[None, :, :, None]
         shift = np.vectorize(lambda c: lut[int(c)][1], otypes=[np.int64])(count)[None, :, :, None]
         acc = acc * (1 << a["pre_shift"])  # < 2^31 in magnitude by the choice of pre_shift
-        y = np.asarray(arith.requantize(acc, mult, shift, a["y_zp"], a["act_min"], a["act_max"],
-                                        arith.rounding_of(a)), np.int8)
-        y = y.reshape(m["N"], *([m["OH"], m["OW"]][2 - m["n"]:]), m["C"])
+        y = np.asarray(
+            arith.requantize(acc, mult, shift, a["y_zp"], a["act_min"], a["act_max"], arith.rounding_of(a)), np.int8
+        )
+        y = y.reshape(m["N"], *([m["OH"], m["OW"]][2 - m["n"] :]), m["C"])
         if a["layout"] == "NCHW":
             y = np.moveaxis(y, -1, 1)
         return [np.ascontiguousarray(y)]
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         if node.attrs["layout"] != "NHWC":
-            raise UnsupportedError(f"node '{node.source or node.name}' (QAvgPool): kernels run channels-last "
-                                   "only (run the layout pass first)")
+            raise UnsupportedError(
+                f"node '{node.source or node.name}' (QAvgPool): kernels run channels-last "
+                "only (run the layout pass first)"
+            )
         a = node.attrs
         m, count, valid = self._tables(node, graph)
         padded = any(m[k] for k in ("PT", "PL", "PB", "PR")) or bool(a["ceil_mode"])
@@ -247,10 +284,24 @@ class QAvgPool(Pool):
         wh = _windows(m["H"], m["KH"], m["SH"], m["DH"], m["PT"], m["PB"], m["OH"], bool(a["count_include_pad"]))
         ww = _windows(m["W"], m["KW"], m["SW"], m["DW"], m["PL"], m["PR"], m["OW"], bool(a["count_include_pad"]))
         c0 = int(count.reshape(-1)[0])
-        return dict(m=m, padded=padded, uniform=uniform, pre_mul=1 << a["pre_shift"],
-                    global_pool=bool(a.get("is_global", False)),
-                    x_zp=a["x_zp"], y_zp=a["y_zp"], act_min=a["act_min"], act_max=a["act_max"],
-                    u_mul=lut[c0][0], u_shift=lut[c0][1], u_valid=int(valid.reshape(-1)[0]),
-                    table_mul=table_mul, table_shift=table_shift,
-                    cnt_h=[c for _, _, c in wh], cnt_w=[c for _, _, c in ww],
-                    val_h=[v for _, v, _ in wh], val_w=[v for _, v, _ in ww], **arith.rounding_context(a))
+        return dict(
+            m=m,
+            padded=padded,
+            uniform=uniform,
+            pre_mul=1 << a["pre_shift"],
+            global_pool=bool(a.get("is_global", False)),
+            x_zp=a["x_zp"],
+            y_zp=a["y_zp"],
+            act_min=a["act_min"],
+            act_max=a["act_max"],
+            u_mul=lut[c0][0],
+            u_shift=lut[c0][1],
+            u_valid=int(valid.reshape(-1)[0]),
+            table_mul=table_mul,
+            table_shift=table_shift,
+            cnt_h=[c for _, _, c in wh],
+            cnt_w=[c for _, _, c in ww],
+            val_h=[v for _, v, _ in wh],
+            val_w=[v for _, v, _ in ww],
+            **arith.rounding_context(a),
+        )

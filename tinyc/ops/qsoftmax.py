@@ -22,6 +22,7 @@ the final rounding (half up) dominates. onnxruntime's QDQ softmax rounds p / y_s
 float32, so the two may differ by 1 LSB (measured: under 0.1% of outputs).
 Targets without a 64-bit divider (Cortex-M) pay one __aeabi_ldivmod call per row.
 """
+
 from __future__ import annotations
 
 import math
@@ -79,8 +80,14 @@ def qsoftmax_golden(x3: np.ndarray, table: np.ndarray, K: int, S: int, y_zp: int
 
 def build_qsoftmax(graph: Graph, name: str, x: str, out: str, axis: int, source: str = "") -> Node:
     """int8 Softmax along `axis` as "QSoftmax" (x, out: int8 tensors with per-tensor quant)."""
-    return _build(graph, name, x, out, [normalize_axis(int(axis), len(graph.tensor(x).shape),
-                                                       f"node '{source or name}' (Softmax)")], source)
+    return _build(
+        graph,
+        name,
+        x,
+        out,
+        [normalize_axis(int(axis), len(graph.tensor(x).shape), f"node '{source or name}' (Softmax)")],
+        source,
+    )
 
 
 def _build(graph: Graph, name: str, x: str, out: str, axes: list[int], source: str) -> Node:
@@ -98,9 +105,23 @@ def _build(graph: Graph, name: str, x: str, out: str, axes: list[int], source: s
     except ValueError as exc:
         raise UnsupportedError(f"{where}: {exc}") from None
     table = graph.add_constant(graph.unique_name(f"{name}_exp_table"), p["table"])
-    return Node(name, "QSoftmax", [x, table], [out],
-                dict(axes=list(axes), B=p["B"], S=p["S"], K=p["K"], wide=p["wide"], y_zp=int(zo),
-                     act_min=arith.INT8_MIN, act_max=arith.INT8_MAX), source=source)
+    return Node(
+        name,
+        "QSoftmax",
+        [x, table],
+        [out],
+        dict(
+            axes=list(axes),
+            B=p["B"],
+            S=p["S"],
+            K=p["K"],
+            wide=p["wide"],
+            y_zp=int(zo),
+            act_min=arith.INT8_MIN,
+            act_max=arith.INT8_MAX,
+        ),
+        source=source,
+    )
 
 
 @register
@@ -117,6 +138,7 @@ class QSoftmax(OpDef):
         normalises over axes axis.. (the old 2D coercion); uint8 runs on the int8 kernel between
         exact QRequantize shifts."""
         from tinyc.ops.qelementwise import _MsIO
+
         rank = len(ctx.shape(0))
         if rank == 0:
             ctx.unsupported("a scalar input has no axis to normalise over")
@@ -143,8 +165,9 @@ class QSoftmax(OpDef):
         a = node.attrs
         x = inputs[0]
         outer, n, inner = _split(x.shape, a["axes"])
-        y = qsoftmax_golden(x.reshape(outer, n, inner), inputs[1], a["K"], a["S"], a["y_zp"],
-                            a["act_min"], a["act_max"])
+        y = qsoftmax_golden(
+            x.reshape(outer, n, inner), inputs[1], a["K"], a["S"], a["y_zp"], a["act_min"], a["act_max"]
+        )
         return [np.ascontiguousarray(y.reshape(x.shape).astype(np.int8))]
 
     def macs(self, node: Node, graph: Graph) -> int:
@@ -164,11 +187,22 @@ class QSoftmax(OpDef):
     def check_supported(self, node: Node, graph: Graph) -> None:
         for t in (node.inputs[0], node.outputs[0]):
             if graph.tensor(t).dtype != "int8":
-                raise UnsupportedError(f"node '{node.source or node.name}' (QSoftmax): tensor '{t}' is "
-                                       f"{graph.tensor(t).dtype} (int8 only)")
+                raise UnsupportedError(
+                    f"node '{node.source or node.name}' (QSoftmax): tensor '{t}' is {graph.tensor(t).dtype} (int8 only)"
+                )
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         a = node.attrs
         outer, n, inner = _split(graph.tensor(node.inputs[0]).shape, a["axes"])
-        return dict(outer=outer, n=n, inner=inner, S=a["S"], K=a["K"], y_zp=a["y_zp"], act_min=a["act_min"],
-                    act_max=a["act_max"], SUM_T="int64_t" if a["wide"] else "int32_t", tile=min(inner, TILE))
+        return dict(
+            outer=outer,
+            n=n,
+            inner=inner,
+            S=a["S"],
+            K=a["K"],
+            y_zp=a["y_zp"],
+            act_min=a["act_min"],
+            act_max=a["act_max"],
+            SUM_T="int64_t" if a["wide"] else "int32_t",
+            tile=min(inner, TILE),
+        )

@@ -6,10 +6,12 @@ contiguous row reduction into a register. Otherwise the input is walked once in 
 combining into the output buffer (initialised first, finalised last), so the innermost loop is
 always contiguous. ReduceLogSumExp subtracts the maximum first (a max pass, then a sum pass).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -25,11 +27,11 @@ INTS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"
 
 @dataclass
 class ReduceSpec:
-    name: str            # ONNX op type
-    init: str            # zero | one | lowest | highest
-    map: str             # id | abs | square: applied to each element before combining
-    combine: str         # sum | prod | max | min
-    post: str            # id | mean | sqrt | log | lse
+    name: str  # ONNX op type
+    init: str  # zero | one | lowest | highest
+    map: str  # id | abs | square: applied to each element before combining
+    combine: str  # sum | prod | max | min
+    post: str  # id | mean | sqrt | log | lse
     dtypes: tuple[str, ...]
 
 
@@ -148,15 +150,16 @@ def c_ops(spec: ReduceSpec, dtype: str) -> dict[str, Any]:
     ct = CTYPES[dtype]
     is_float = dtype in FLOATS
     sfx = "f" if dtype == "float32" else ""
-    lit = (lambda v: c_float(v) if dtype == "float32" else repr(float(v)))  # noqa: E731
+    lit = lambda v: c_float(v) if dtype == "float32" else repr(float(v))  # noqa: E731
     if is_float:
         init = {"zero": lit(0.0), "one": lit(1.0), "lowest": "(-INFINITY)", "highest": "INFINITY"}[spec.init]
     elif dtype == "bool":
         init = {"lowest": "0", "highest": "1"}[spec.init]
     else:
         info = np.iinfo(dtype)
-        init = {"zero": "0", "one": "1", "lowest": c_int(int(info.min), ct),
-                "highest": c_int(int(info.max), ct)}[spec.init]
+        init = {"zero": "0", "one": "1", "lowest": c_int(int(info.min), ct), "highest": c_int(int(info.max), ct)}[
+            spec.init
+        ]
         if dtype in ("int32",) and spec.init == "lowest":
             init = "INT32_MIN"
     u = _unsigned(ct)
@@ -164,22 +167,38 @@ def c_ops(spec: ReduceSpec, dtype: str) -> dict[str, Any]:
     if spec.map == "id":
         mp = lambda v: v  # noqa: E731
     elif spec.map == "abs":
-        mp = (lambda v: f"fabs{sfx}({v})") if is_float else (  # noqa: E731
-            lambda v: f"({ct})(({v}) < 0 ? ({u})0 - ({u})({v}) : ({u})({v}))")
+        mp = (
+            (lambda v: f"fabs{sfx}({v})")
+            if is_float
+            # noqa: E731
+            else (lambda v: f"({ct})(({v}) < 0 ? ({u})0 - ({u})({v}) : ({u})({v}))")
+        )
     else:
-        mp = (lambda v: f"(({v}) * ({v}))") if is_float else (  # noqa: E731
-            lambda v: f"({ct})(({u})({v}) * ({u})({v}))")
+        mp = (
+            (lambda v: f"(({v}) * ({v}))")
+            if is_float
+            # noqa: E731
+            else (lambda v: f"({ct})(({u})({v}) * ({u})({v}))")
+        )
     cb: Callable[[str, str], str]
     if spec.combine == "sum":
         cb = (lambda a, b: f"{a} + {b}") if is_float else (lambda a, b: f"({ct})(({u}){a} + ({u}){b})")  # noqa: E731
     elif spec.combine == "prod":
         cb = (lambda a, b: f"{a} * {b}") if is_float else (lambda a, b: f"({ct})(({u}){a} * ({u}){b})")  # noqa: E731
     elif spec.combine == "max":
-        cb = (lambda a, b: f"({b} > {a} || {b} != {b} ? {b} : {a})") if is_float else (  # noqa: E731
-            lambda a, b: f"({b} > {a} ? {b} : {a})")
+        cb = (
+            (lambda a, b: f"({b} > {a} || {b} != {b} ? {b} : {a})")
+            if is_float
+            # noqa: E731
+            else (lambda a, b: f"({b} > {a} ? {b} : {a})")
+        )
     else:
-        cb = (lambda a, b: f"({b} < {a} || {b} != {b} ? {b} : {a})") if is_float else (  # noqa: E731
-            lambda a, b: f"({b} < {a} ? {b} : {a})")
+        cb = (
+            (lambda a, b: f"({b} < {a} || {b} != {b} ? {b} : {a})")
+            if is_float
+            # noqa: E731
+            else (lambda a, b: f"({b} < {a} ? {b} : {a})")
+        )
     return {"ct": ct, "init": init, "map": mp, "combine": cb, "sfx": sfx, "lit": lit}
 
 
@@ -202,8 +221,7 @@ class ReduceOp(OpDef):
             axes = list(range(len(shape)))
         if any(d == 0 for d in shape):  # the result does not depend on the (absent) values
             return ctx.set_constant(0, _np_reduce(self.spec, np.zeros(shape, ctx.dtype(0)), tuple(axes), keepdims))
-        return ctx.make_node(self.op, inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], axes=axes,
-                             keepdims=keepdims)
+        return ctx.make_node(self.op, inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], axes=axes, keepdims=keepdims)
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         t = graph.tensor(node.inputs[0])
@@ -245,9 +263,13 @@ class ReduceOp(OpDef):
         ops = c_ops(self.spec, x.dtype)
         count = int(np.prod([x.shape[a] for a in node.attrs["axes"]], dtype=np.int64))
         sfx, lit = ops["sfx"], ops["lit"]
-        post = {"id": lambda a: a, "mean": lambda a: f"{a} / {lit(count)}",
-                "sqrt": lambda a: f"sqrt{sfx}({a})", "log": lambda a: f"log{sfx}({a})",
-                "lse": lambda a: a}[self.spec.post]
+        post = {
+            "id": lambda a: a,
+            "mean": lambda a: f"{a} / {lit(count)}",
+            "sqrt": lambda a: f"sqrt{sfx}({a})",
+            "log": lambda a: f"log{sfx}({a})",
+            "lse": lambda a: a,
+        }[self.spec.post]
         # strides of each group in the input and (kept groups only) in the output
         istr, ostr = [], []
         s_in, s_out = 1, 1
@@ -257,10 +279,22 @@ class ReduceOp(OpDef):
             s_in *= size
             if kind == "K":
                 s_out *= size
-        return dict(groups=groups, simple=plan["simple"], istr=istr, ostr=ostr, lse=self.spec.post == "lse",
-                    outer=groups[0][0] if len(groups) == 2 else 1, row=groups[-1][0],
-                    out_size=graph.tensor(node.outputs[0]).size, init=ops["init"], T=ops["ct"],
-                    fmap=ops["map"], fcomb=ops["combine"], fpost=post, sfx=sfx)
+        return dict(
+            groups=groups,
+            simple=plan["simple"],
+            istr=istr,
+            ostr=ostr,
+            lse=self.spec.post == "lse",
+            outer=groups[0][0] if len(groups) == 2 else 1,
+            row=groups[-1][0],
+            out_size=graph.tensor(node.outputs[0]).size,
+            init=ops["init"],
+            T=ops["ct"],
+            fmap=ops["map"],
+            fcomb=ops["combine"],
+            fpost=post,
+            sfx=sfx,
+        )
 
 
 for _spec in REDUCE:
@@ -307,10 +341,15 @@ class ArgMax(OpDef):
             ctx.unsupported(f"ArgMax/ArgMin over an empty axis {axis} (shape {shape}) has no answer")
         if any(d == 0 for d in shape):
             return ctx.set_constant(0, np.zeros(_reduced_shape(shape, [axis], keep), np.int64))
-        return ctx.make_node("ArgMax", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1],
-                             kind="max" if ctx.op_type == "ArgMax" else "min", axis=axis,
-                             keepdims=bool(int(ctx.attr("keepdims", 1))),
-                             last=bool(int(ctx.attr("select_last_index", 0))))
+        return ctx.make_node(
+            "ArgMax",
+            inputs=ctx.inputs[:1],
+            outputs=ctx.outputs[:1],
+            kind="max" if ctx.op_type == "ArgMax" else "min",
+            axis=axis,
+            keepdims=bool(int(ctx.attr("keepdims", 1))),
+            last=bool(int(ctx.attr("select_last_index", 0))),
+        )
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         t = graph.tensor(node.inputs[0])
@@ -335,8 +374,7 @@ class ArgMax(OpDef):
     def _split(self, node: Node, graph: Graph) -> tuple[int, int, int]:
         shape = graph.tensor(node.inputs[0]).shape
         ax = node.attrs["axis"]
-        return (int(np.prod(shape[:ax], dtype=np.int64)), int(shape[ax]),
-                int(np.prod(shape[ax + 1:], dtype=np.int64)))
+        return (int(np.prod(shape[:ax], dtype=np.int64)), int(shape[ax]), int(np.prod(shape[ax + 1 :], dtype=np.int64)))
 
     def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> int:
         inner = self._split(node, graph)[2]
@@ -348,5 +386,10 @@ class ArgMax(OpDef):
         better = ">" if node.attrs["kind"] == "max" else "<"
         if node.attrs["last"]:
             better += "="
-        return {"outer": outer, "n": n, "inner": inner, "better": better,
-                "T": CTYPES[graph.tensor(node.inputs[0]).dtype]}
+        return {
+            "outer": outer,
+            "n": n,
+            "inner": inner,
+            "better": better,
+            "T": CTYPES[graph.tensor(node.inputs[0]).dtype],
+        }

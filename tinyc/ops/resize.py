@@ -6,10 +6,12 @@ tf_crop_and_resize). The tables follow onnx.reference's arithmetic exactly; the 
 a plain gather (nearest) or a weighted gather over the product of the axes' taps. All attributes
 are per axis, so the op follows transposes (`permute`) and runs channels-last after a Conv.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -19,8 +21,15 @@ from tinyc.ir import Graph, Node
 from tinyc.ops.base import CTYPES, OpDef, OutputType, ctype, register, strides_of
 
 MODES = ("nearest", "linear", "cubic")
-COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
-               "tf_half_pixel_for_nearest", "tf_crop_and_resize")
+COORD_MODES = (
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "tf_half_pixel_for_nearest",
+    "tf_crop_and_resize",
+)
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
 
 
@@ -51,12 +60,14 @@ def _linear_coeffs_antialias(ratio: float, scale: float) -> np.ndarray:
 
 
 def _cubic_coeffs(ratio: float, scale: float, A: float) -> np.ndarray:
-    return np.array([
-        ((A * (ratio + 1) - 5 * A) * (ratio + 1) + 8 * A) * (ratio + 1) - 4 * A,
-        ((A + 2) * ratio - (A + 3)) * ratio * ratio + 1,
-        ((A + 2) * (1 - ratio) - (A + 3)) * (1 - ratio) * (1 - ratio) + 1,
-        ((A * ((1 - ratio) + 1) - 5 * A) * ((1 - ratio) + 1) + 8 * A) * ((1 - ratio) + 1) - 4 * A,
-    ])
+    return np.array(
+        [
+            ((A * (ratio + 1) - 5 * A) * (ratio + 1) + 8 * A) * (ratio + 1) - 4 * A,
+            ((A + 2) * ratio - (A + 3)) * ratio * ratio + 1,
+            ((A + 2) * (1 - ratio) - (A + 3)) * (1 - ratio) * (1 - ratio) + 1,
+            ((A * ((1 - ratio) + 1) - 5 * A) * ((1 - ratio) + 1) + 8 * A) * ((1 - ratio) + 1) - 4 * A,
+        ]
+    )
 
 
 def _cubic_coeffs_antialias(ratio: float, scale: float, A: float) -> np.ndarray:
@@ -89,8 +100,9 @@ def _coeff_fn(a: dict[str, Any]) -> Callable[[float, float], np.ndarray]:
     return lambda r, s: fn(r, s, A)
 
 
-def _source_coords(ctm: str, y: np.ndarray, scale: float, in_size: int, out_size: int,
-                   roi: list[float] | None) -> tuple[np.ndarray, np.ndarray | None]:
+def _source_coords(
+    ctm: str, y: np.ndarray, scale: float, in_size: int, out_size: int, roi: list[float] | None
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Output index -> input coordinate, and the tf_crop_and_resize out-of-range flags."""
     out_w = scale * in_size
     extrap = None
@@ -186,8 +198,15 @@ class Resize(OpDef):
             mode = "linear"
         if mode not in MODES:
             ctx.unsupported(f"mode={mode!r}")
-        a: dict[str, Any] = dict(mode=mode, coordinate_transformation_mode="asymmetric", nearest_mode="simple",
-                                 cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0, antialias=0)
+        a: dict[str, Any] = dict(
+            mode=mode,
+            coordinate_transformation_mode="asymmetric",
+            nearest_mode="simple",
+            cubic_coeff_a=-0.75,
+            exclude_outside=0,
+            extrapolation_value=0.0,
+            antialias=0,
+        )
         scales = sizes = roi = None
         axes = list(range(rank))
         if ctx.op_type == "Upsample" or ctx.opset < 11:
@@ -201,17 +220,23 @@ class Resize(OpDef):
             ctm = ctx.attr("coordinate_transformation_mode", "half_pixel")
             if ctm == "tf_half_pixel_for_nn":  # Resize-11's spelling
                 ctm = "tf_half_pixel_for_nearest"
-            if (ctm not in COORD_MODES or (ctm == "half_pixel_symmetric" and ctx.opset < 19)
-                    or (ctm == "tf_half_pixel_for_nearest" and ctx.opset >= 13)):
+            if (
+                ctm not in COORD_MODES
+                or (ctm == "half_pixel_symmetric" and ctx.opset < 19)
+                or (ctm == "tf_half_pixel_for_nearest" and ctx.opset >= 13)
+            ):
                 ctx.unsupported(f"coordinate_transformation_mode={ctm!r} (not defined for Resize-{ctx.opset})")
             nm = ctx.attr("nearest_mode", "round_prefer_floor")
             if nm not in NEAREST_MODES[:4]:
                 ctx.unsupported(f"nearest_mode={nm!r}")
-            a.update(coordinate_transformation_mode=ctm, nearest_mode=nm,
-                     cubic_coeff_a=float(ctx.attr("cubic_coeff_a", -0.75)),
-                     exclude_outside=int(ctx.attr("exclude_outside", 0)),
-                     extrapolation_value=float(ctx.attr("extrapolation_value", 0.0)),
-                     antialias=int(ctx.attr("antialias", 0)) if mode != "nearest" else 0)
+            a.update(
+                coordinate_transformation_mode=ctm,
+                nearest_mode=nm,
+                cubic_coeff_a=float(ctx.attr("cubic_coeff_a", -0.75)),
+                exclude_outside=int(ctx.attr("exclude_outside", 0)),
+                extrapolation_value=float(ctx.attr("extrapolation_value", 0.0)),
+                antialias=int(ctx.attr("antialias", 0)) if mode != "nearest" else 0,
+            )
             if ctx.attr("axes") is not None:
                 try:
                     axes = [int(x) + rank if int(x) < 0 else int(x) for x in ctx.attr("axes")]
@@ -237,7 +262,9 @@ class Resize(OpDef):
                     roi[ax] = [rv[i], rv[len(axes) + i]]
         n = len(axes)
         if (scales is not None and len(scales) != n) or (sizes is not None and len(sizes) != n):
-            ctx.unsupported(f"scales/sizes need {n} values for {'axes ' + str(axes) if n != rank else 'rank ' + str(rank)}")
+            ctx.unsupported(
+                f"scales/sizes need {n} values for {'axes ' + str(axes) if n != rank else 'rank ' + str(rank)}"
+            )
         full_scales, full_sizes = [1.0] * rank, list(shape)
         if sizes is not None:
             if min(sizes) < 1:
@@ -284,7 +311,7 @@ class Resize(OpDef):
             if tab is None:
                 continue
             idx, w, ex = tab
-            g = np.take(y, idx, axis=ax)                          # [..., O, T, ...]
+            g = np.take(y, idx, axis=ax)  # [..., O, T, ...]
             y = (g * w.reshape((1,) * ax + w.shape + (1,) * (y.ndim - ax - 1))).sum(axis=ax + 1)
             if ex is not None:
                 y = np.where(ex.reshape((1,) * ax + (-1,) + (1,) * (y.ndim - ax - 1)), fill, y)
@@ -321,8 +348,9 @@ class Resize(OpDef):
     def check_supported(self, node: Node, graph: Graph) -> None:
         super().check_supported(node, graph)
         if node.attrs["mode"] != "nearest" and graph.tensor(node.inputs[0]).dtype != "float32":
-            raise UnsupportedError(f"node '{node.source or node.name}' (Resize): mode={node.attrs['mode']!r} "
-                                   "runs on float32 only")
+            raise UnsupportedError(
+                f"node '{node.source or node.name}' (Resize): mode={node.attrs['mode']!r} runs on float32 only"
+            )
 
     # -- code generation ------------------------------------------------------------------
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
@@ -368,11 +396,17 @@ class Resize(OpDef):
         in_terms = [f"{g['var']} * {g['is']}" for g in groups if g["kind"] == "plain"]
         in_terms += [f"{g['tab']}[{g['var']}]" for g in groups if g["kind"] == "copy"]
         ex_terms = [f"{g['ex']}[{g['var']}]" for g in groups if g.get("ex")]
-        return dict(groups=groups, tables=tables, inner=inner, ct=ct,
-                    out_expr=" + ".join(out_terms) or "0", in_expr=" + ".join(in_terms) or "0",
-                    weighted=[g for g in groups if g["kind"] == "weighted"],
-                    ex_cond=" || ".join(ex_terms),
-                    fill=c_literal(_saturate(np.asarray(node.attrs["extrapolation_value"]), np.dtype(xt.dtype)), ct))
+        return dict(
+            groups=groups,
+            tables=tables,
+            inner=inner,
+            ct=ct,
+            out_expr=" + ".join(out_terms) or "0",
+            in_expr=" + ".join(in_terms) or "0",
+            weighted=[g for g in groups if g["kind"] == "weighted"],
+            ex_cond=" || ".join(ex_terms),
+            fill=c_literal(_saturate(np.asarray(node.attrs["extrapolation_value"]), np.dtype(xt.dtype)), ct),
+        )
 
 
 def _saturate(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -390,5 +424,5 @@ def _table(name: str, ct: str, values: np.ndarray) -> dict[str, Any]:
     """A flat static const C array (row-major), pre-formatted (tables can hold thousands of entries)."""
     flat = values.reshape(-1)
     items = [c_float(v) for v in flat] if ct == "float" else [str(int(v)) for v in flat]
-    lines = ["        " + ", ".join(items[i:i + 12]) for i in range(0, len(items), 12)]
+    lines = ["        " + ", ".join(items[i : i + 12]) for i in range(0, len(items), 12)]
     return dict(name=name, ctype=ct, dims=f"[{len(items)}]", body=",\n".join(lines))

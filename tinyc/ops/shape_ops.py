@@ -1,5 +1,6 @@
 """Ops that only change how bytes are viewed (Reshape family: no code, the output aliases the
 input), plus Transpose, Shape, Constant, Cast and Identity/Dropout."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -13,6 +14,7 @@ from tinyc.ops.base import OpDef, OutputType, register, strides_of
 
 def resolve_reshape(in_shape: tuple[int, ...], target: list[int], allowzero: bool, where: str) -> tuple[int, ...]:
     from tinyc.errors import ShapeError
+
     shape = list(target)
     if not allowzero:
         shape = [in_shape[i] if d == 0 and i < len(in_shape) else d for i, d in enumerate(shape)]
@@ -34,8 +36,7 @@ class Reshape(OpDef):
     op = "Reshape"
     onnx_ops = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
     alias = True
-    dtypes = ("float32", "int8", "uint8", "int16", "int32", "int64", "bool", "uint16", "uint32", "uint64",
-              "float64")
+    dtypes = ("float32", "int8", "uint8", "int16", "int32", "int64", "bool", "uint16", "uint32", "uint64", "float64")
 
     def import_onnx(self, ctx):  # type: ignore[override]
         shape = ctx.shape(0)
@@ -43,8 +44,9 @@ class Reshape(OpDef):
         where = f"node '{ctx.name}' ({ctx.op_type})"
         if ctx.op_type == "Reshape":
             target = ctx.attr("shape") if ctx.has_attr("shape") else ctx.require_const(1, "shape")
-            new = resolve_reshape(shape, [int(d) for d in np.asarray(target).reshape(-1)],
-                                  bool(ctx.attr("allowzero", 0)), where)
+            new = resolve_reshape(
+                shape, [int(d) for d in np.asarray(target).reshape(-1)], bool(ctx.attr("allowzero", 0)), where
+            )
         elif ctx.op_type == "Flatten":
             axis = int(ctx.attr("axis", 1))
             axis = axis + rank if axis < 0 else axis

@@ -2,6 +2,7 @@
 
 The worked example in docs/adding-an-op.md: everything about the op lives in this module and
 templates/kernels/shrink.c.j2."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -14,17 +15,18 @@ from tinyc.ops.base import OpDef, register
 
 @register
 class Shrink(OpDef):
-    op = "Shrink"                 # the IR name
-    onnx_ops = ("Shrink",)        # ONNX op types imported by this definition
-    template = "shrink.c.j2"      # kernel template in templates/kernels/
-    inplace = True                # elementwise: may overwrite its input's buffer
-    layout_agnostic = True        # elementwise: the layout pass may move transposes across it
+    op = "Shrink"  # the IR name
+    onnx_ops = ("Shrink",)  # ONNX op types imported by this definition
+    template = "shrink.c.j2"  # kernel template in templates/kernels/
+    inplace = True  # elementwise: may overwrite its input's buffer
+    layout_agnostic = True  # elementwise: the layout pass may move transposes across it
 
     def import_onnx(self, ctx):  # type: ignore[override]
         if ctx.dtype(0) != "float32":
             ctx.unsupported(f"element type {ctx.dtype(0)} (float32 only)")
-        return ctx.make_node("Shrink", inputs=ctx.inputs[:1], lambd=float(ctx.attr("lambd", 0.5)),
-                             bias=float(ctx.attr("bias", 0.0)))
+        return ctx.make_node(
+            "Shrink", inputs=ctx.inputs[:1], lambd=float(ctx.attr("lambd", 0.5)), bias=float(ctx.attr("bias", 0.0))
+        )
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]

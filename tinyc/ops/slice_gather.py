@@ -5,9 +5,11 @@ Expand: zero strides on broadcast dims, Tile: each axis split into (repeat, dim)
 stride on the repeat), so they share one strided-copy kernel. Gather copies rows picked by an
 index list. All of them move elements, so every dtype in base.CTYPES is accepted.
 """
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -69,10 +71,17 @@ def _remap(values: list[Any], perm: list[int]) -> list[Any]:
 
 
 # -- Slice ------------------------------------------------------------------------------------
-def resolve_slice(shape: Sequence[int], starts: list[int], ends: list[int], axes: list[int] | None,
-                  steps: list[int] | None, where: str) -> tuple[list[int], list[int], list[int]]:
+def resolve_slice(
+    shape: Sequence[int],
+    starts: list[int],
+    ends: list[int],
+    axes: list[int] | None,
+    steps: list[int] | None,
+    where: str,
+) -> tuple[list[int], list[int], list[int]]:
     """ONNX Slice (clamping, negative indices and steps) → per-axis first index, step and count."""
     from tinyc.errors import UnsupportedError
+
     rank = len(shape)
     if axes is None:
         axes = list(range(len(starts)))
@@ -127,13 +136,19 @@ class Slice(OpDef):
             ends = ctx.require_const(2, "ends")
             axes = ctx.require_const(3, "axes") if ctx.has_input(3) else None
             steps = ctx.require_const(4, "steps") if ctx.has_input(4) else None
-        first, step, count = resolve_slice(shape, _ints(starts), _ints(ends),
-                                           None if axes is None else _ints(axes),
-                                           None if steps is None else _ints(steps), _where(ctx))
+        first, step, count = resolve_slice(
+            shape,
+            _ints(starts),
+            _ints(ends),
+            None if axes is None else _ints(axes),
+            None if steps is None else _ints(steps),
+            _where(ctx),
+        )
         if is_empty(count):
             return empty_output(ctx, 0, count)
-        return ctx.make_node("Slice", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], starts=first,
-                             steps=step, counts=count)
+        return ctx.make_node(
+            "Slice", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], starts=first, steps=step, counts=count
+        )
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         return [(tuple(node.attrs["counts"]), graph.tensor(node.inputs[0]).dtype)]
@@ -273,7 +288,7 @@ class Gather(OpDef):
             ctx.unsupported("Gather on a scalar")
         axis = normalize_axis(int(ctx.attr("axis", 0)), rank, _where(ctx))
         n = shape[axis]
-        out_shape = tuple(shape[:axis]) + tuple(ctx.shape(1)) + tuple(shape[axis + 1:])
+        out_shape = tuple(shape[:axis]) + tuple(ctx.shape(1)) + tuple(shape[axis + 1 :])
         if is_empty(out_shape):
             return empty_output(ctx, 0, out_shape)
         idx = ctx.const(1)
@@ -282,21 +297,26 @@ class Gather(OpDef):
             if idx.size and (idx.min() < -n or idx.max() >= n):
                 ctx.unsupported(f"indices out of range [-{n}, {n - 1}] on axis {axis}")
             idx = np.where(idx < 0, idx + n, idx)
-            dt = np.int32 if n < 2 ** 31 else np.int64
+            dt = np.int32 if n < 2**31 else np.int64
             indices = ctx.add_constant("indices", idx.astype(dt))
         else:
             if ctx.dtype(1) not in ("int32", "int64"):
                 ctx.unsupported(f"indices of type {ctx.dtype(1)} (int32/int64 only)")
             indices = ctx.inputs[1]
         # the tensor's shape is authoritative: folded 0-d constants may carry 1-d data
-        return ctx.make_node("Gather", inputs=[ctx.inputs[0], indices], outputs=ctx.outputs[:1], axis=axis,
-                             indices_shape=[int(d) for d in ctx.shape(1)])
+        return ctx.make_node(
+            "Gather",
+            inputs=[ctx.inputs[0], indices],
+            outputs=ctx.outputs[:1],
+            axis=axis,
+            indices_shape=[int(d) for d in ctx.shape(1)],
+        )
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         x = graph.tensor(node.inputs[0])
         ax = node.attrs["axis"]
         ind_shape = tuple(node.attrs.get("indices_shape", graph.tensor(node.inputs[1]).shape))
-        return [(tuple(x.shape[:ax]) + ind_shape + tuple(x.shape[ax + 1:]), x.dtype)]
+        return [(tuple(x.shape[:ax]) + ind_shape + tuple(x.shape[ax + 1 :]), x.dtype)]
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         x, ind = inputs[0], np.asarray(inputs[1]).astype(np.int64)
@@ -321,11 +341,17 @@ class Gather(OpDef):
         super().check_supported(node, graph)
         if graph.tensor(node.inputs[0]).size == 0 and graph.tensor(node.outputs[0]).size:
             from tinyc.errors import UnsupportedError
+
             raise UnsupportedError(f"node '{node.source or node.name}' (Gather): gathering from an empty axis")
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         x, ind = graph.tensor(node.inputs[0]), graph.tensor(node.inputs[1])
         ax = node.attrs["axis"]
-        return {"outer": int(np.prod(x.shape[:ax], dtype=np.int64)), "n": int(x.shape[ax]),
-                "inner": int(np.prod(x.shape[ax + 1:], dtype=np.int64)), "k": ind.size,
-                "runtime_indices": not ind.is_constant, "itype": CTYPES[ind.dtype]}
+        return {
+            "outer": int(np.prod(x.shape[:ax], dtype=np.int64)),
+            "n": int(x.shape[ax]),
+            "inner": int(np.prod(x.shape[ax + 1 :], dtype=np.int64)),
+            "k": ind.size,
+            "runtime_indices": not ind.is_constant,
+            "itype": CTYPES[ind.dtype],
+        }

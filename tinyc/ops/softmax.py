@@ -5,6 +5,7 @@ normalise over all trailing axes. Both are "a contiguous run of axes", viewed as
 [outer][n][inner]. Softmax/LogSoftmax subtract the maximum first (numerically stable); with
 inner > 1 the per-column max and sum live in scratch so every loop runs along contiguous memory.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -55,8 +56,9 @@ class Softmax(OpDef):
             axes = [axis % rank]
         if any(d == 0 for d in ctx.shape(0)):  # nothing to compute
             return ctx.set_constant(0, np.zeros(ctx.shape(0), ctx.dtype(0)))
-        return ctx.make_node("Softmax", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], kind=KINDS[ctx.op_type],
-                             axes=axes)
+        return ctx.make_node(
+            "Softmax", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], kind=KINDS[ctx.op_type], axes=axes
+        )
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         t = graph.tensor(node.inputs[0])
@@ -88,8 +90,7 @@ class Softmax(OpDef):
         """Normalising over a set of axes does not depend on their order, so any permutation
         that keeps the set contiguous is fine (always true for a single axis)."""
         new = sorted(perm[a] for a in node.attrs["axes"])
-        return len(perm) == len(graph.tensor(node.outputs[0]).shape) and (
-            not new or new[-1] - new[0] + 1 == len(new))
+        return len(perm) == len(graph.tensor(node.outputs[0]).shape) and (not new or new[-1] - new[0] + 1 == len(new))
 
     def permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
         if not self.can_permute(node, graph, perm):
@@ -113,5 +114,12 @@ class Softmax(OpDef):
             raise UnsupportedError(f"node '{node.source or node.name}' (Softmax): element type {t.dtype}")
         outer, n, inner = _split(t.shape, node.attrs["axes"])
         ct = "double" if t.dtype == "float64" else "float"
-        return {"outer": outer, "n": n, "inner": inner, "kind": node.attrs["kind"], "T": ct,
-                "fexp": FLOAT_FNS[ct]["exp"], "flog": FLOAT_FNS[ct]["log"]}
+        return {
+            "outer": outer,
+            "n": n,
+            "inner": inner,
+            "kind": node.attrs["kind"],
+            "T": ct,
+            "fexp": FLOAT_FNS[ct]["exp"],
+            "flog": FLOAT_FNS[ct]["log"],
+        }

@@ -3,6 +3,7 @@
 Each row is a zero run and a copy run (both contiguous); k must be a compile-time constant
 and is clamped to the matrix so the kernel's bounds cannot overflow. Data movement: every dtype.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -50,5 +51,10 @@ class Trilu(OpDef):
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         shape = graph.tensor(node.inputs[0]).shape
-        return {"batch": int(np.prod(shape[:-2], dtype=np.int64)), "rows": int(shape[-2]), "cols": int(shape[-1]),
-                "upper": node.attrs["upper"], "k": node.attrs["k"]}
+        return {
+            "batch": int(np.prod(shape[:-2], dtype=np.int64)),
+            "rows": int(shape[-2]),
+            "cols": int(shape[-1]),
+            "upper": node.attrs["upper"],
+            "k": node.attrs["k"],
+        }

@@ -1,4 +1,5 @@
 """Graph clean-up: identity removal, dead-code elimination, constant folding."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -50,8 +51,9 @@ def fold_constants(graph: Graph) -> bool:
         for out, val in zip(node.outputs, values):
             if out:
                 t = graph.tensor(out)
-                graph.tensors[out] = Tensor(out, t.shape, t.dtype,
-                                            np.ascontiguousarray(np.asarray(val).astype(t.dtype).reshape(t.shape)))
+                graph.tensors[out] = Tensor(
+                    out, t.shape, t.dtype, np.ascontiguousarray(np.asarray(val).astype(t.dtype).reshape(t.shape))
+                )
         graph.nodes.remove(node)
         changed = True
     return changed

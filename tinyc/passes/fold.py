@@ -1,4 +1,5 @@
 """Fold per-channel affine work (BatchNorm, constant Mul/Add) into the producing Conv/Gemm."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -44,7 +45,9 @@ def _scale_output_channels(graph: Graph, node: Node, scale: np.ndarray) -> None:
         b = graph.tensor(node.inputs[2]).data
         if node.op == "Gemm" and b.shape != (scale.shape[0],):
             b = np.broadcast_to(b, graph.tensor(node.outputs[0]).shape)
-        node.inputs[2] = graph.add_constant(graph.unique_name(node.inputs[2] + "_scaled"), (b * scale).astype(np.float32))
+        node.inputs[2] = graph.add_constant(
+            graph.unique_name(node.inputs[2] + "_scaled"), (b * scale).astype(np.float32)
+        )
 
 
 def _add_bias(graph: Graph, node: Node, shift: np.ndarray) -> None:

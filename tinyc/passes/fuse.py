@@ -1,4 +1,5 @@
 """Fuse elementwise activations into the kernel that produces their input (saves a pass over memory)."""
+
 from __future__ import annotations
 
 from tinyc.ir import Graph

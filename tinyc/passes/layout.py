@@ -11,6 +11,7 @@ Convention for `OpDef.permute(node, graph, perm)`: the node used to read T_perm(
 u directly; axis `a` of its old input is axis `perm[a]` of the new one. Its output becomes
 untransposed as well, and the pass puts T_perm after it.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,8 +37,9 @@ def _is_identity(perm: list[int]) -> bool:
 
 
 def _insert_transpose(graph: Graph, src: str, dst: str, perm: list[int], source: str, index: int) -> Node:
-    node = Node(graph.unique_name(f"{source}_transpose"), "Transpose", [src], [dst], {"perm": list(perm)},
-                source=source)
+    node = Node(
+        graph.unique_name(f"{source}_transpose"), "Transpose", [src], [dst], {"perm": list(perm)}, source=source
+    )
     t = graph.tensor(src)
     # A transpose moves values without changing them: both sides share one int8 annotation.
     old = graph.tensors.get(dst)
@@ -130,8 +132,9 @@ def _push_through(graph: Graph, node: Node, perm: list[int]) -> None:
         if t.is_constant:
             if getattr(opdef, "layout_agnostic", False):
                 data = t.data.reshape((1,) * (rank - t.data.ndim) + t.data.shape)
-                new_inputs.append(graph.add_constant(graph.unique_name(f"{i}_perm"),
-                                                     np.ascontiguousarray(np.transpose(data, inv))))
+                new_inputs.append(
+                    graph.add_constant(graph.unique_name(f"{i}_perm"), np.ascontiguousarray(np.transpose(data, inv)))
+                )
             else:
                 new_inputs.append(i)
             continue
@@ -189,6 +192,7 @@ def optimize_transposes(graph: Graph) -> bool:
                 break
         if changed:
             from tinyc.passes.cleanup import eliminate_dead_code
+
             eliminate_dead_code(graph)
             any_change = True
             continue
@@ -227,9 +231,18 @@ def fold_transpose_into_gemm(graph: Graph) -> bool:
         if len(rs_shape) != 2 or rs_shape[0] != in_shape[0]:
             continue
         gemms = consumers.get(rs.outputs[0], [])
-        if not gemms or rs.outputs[0] in graph.outputs or any(
-                g.op != "Gemm" or g.inputs[0] != rs.outputs[0] or g.attrs["transA"] or g.attrs["transB"]
-                or not graph.tensor(g.inputs[1]).is_constant for g in gemms):
+        if (
+            not gemms
+            or rs.outputs[0] in graph.outputs
+            or any(
+                g.op != "Gemm"
+                or g.inputs[0] != rs.outputs[0]
+                or g.attrs["transA"]
+                or g.attrs["transB"]
+                or not graph.tensor(g.inputs[1]).is_constant
+                for g in gemms
+            )
+        ):
             continue
         inner = tuple(in_shape[1:])
         k = int(np.prod(inner))
@@ -244,6 +257,7 @@ def fold_transpose_into_gemm(graph: Graph) -> bool:
         changed = True
     if changed:
         from tinyc.passes.cleanup import eliminate_dead_code
+
         eliminate_dead_code(graph)
     return changed
 
@@ -275,8 +289,14 @@ def channels_last_io(graph: Graph) -> None:
         graph.outputs[k] = p.inputs[0]
         graph.io_layout[graph.public_outputs()[k][0]] = "NHWC"
     from tinyc.passes.cleanup import eliminate_dead_code
+
     eliminate_dead_code(graph)
 
 
-__all__ = ["channels_last_io", "convert_to_channels_last", "fold_transpose_into_gemm",
-           "optimize_transposes", "transposes_to_reshapes"]
+__all__ = [
+    "channels_last_io",
+    "convert_to_channels_last",
+    "fold_transpose_into_gemm",
+    "optimize_transposes",
+    "transposes_to_reshapes",
+]

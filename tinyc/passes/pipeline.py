@@ -1,4 +1,5 @@
 """The pass pipeline between import and scheduling."""
+
 from __future__ import annotations
 
 from tinyc.errors import UsageError
@@ -7,8 +8,13 @@ from tinyc.passes.cleanup import eliminate_dead_code, fold_constants, remove_ide
 from tinyc.passes.fold import fold_affine_into_producers
 from tinyc.passes.fuse import fuse_activations
 from tinyc.passes.qdq import has_int8_annotations, propagate_through_moves, strip_qdq_pairs
-from tinyc.passes.layout import (channels_last_io, convert_to_channels_last, fold_transpose_into_gemm,
-                                 optimize_transposes, transposes_to_reshapes)
+from tinyc.passes.layout import (
+    channels_last_io,
+    convert_to_channels_last,
+    fold_transpose_into_gemm,
+    optimize_transposes,
+    transposes_to_reshapes,
+)
 
 IO_LAYOUTS = ("onnx", "nhwc")
 

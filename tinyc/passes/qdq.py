@@ -9,6 +9,7 @@ passes then run on a plain float graph (folding, layout, fusion keep annotations
 scales. Constant weights went through DequantizeLinear at import already: they are float
 constants that remember their int8 grid (``Tensor.quant`` with an axis).
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -20,10 +20,11 @@ Conventions: ``shift`` is positive for a left shift (multiplier >= 1) and negati
 shift, as in TFLite. All run-time functions broadcast like numpy, so per-channel parameters are
 arrays shaped to broadcast against the accumulator (e.g. ``multiplier[:, None, None]`` for NCHW).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -62,6 +63,7 @@ def _out(a: np.ndarray, dtype: type) -> np.ndarray | int:
 # ----------------------------------------------------------------------------------------------
 # compile time: real multiplier -> (int32 multiplier, shift)
 # ----------------------------------------------------------------------------------------------
+
 
 def quantize_multiplier(real: ArrayLike) -> tuple[np.ndarray | int, np.ndarray | int]:
     """Decompose a real multiplier M >= 0 as ``M ~= multiplier * 2**(shift - 31)``.
@@ -104,6 +106,7 @@ def dequantize_multiplier(multiplier: ArrayLike, shift: ArrayLike) -> np.ndarray
 # ----------------------------------------------------------------------------------------------
 # run time: the gemmlowp primitives
 # ----------------------------------------------------------------------------------------------
+
 
 def srdhm(a: ArrayLike, b: ArrayLike) -> np.ndarray | int:
     """gemmlowp ``SaturatingRoundingDoublingHighMul``: the high 32 bits of 2*a*b, rounded.
@@ -174,8 +177,7 @@ def rounding_context(attrs: dict) -> dict[str, object]:
     """Template variables for a node's requantization rounding (``rounding_of``): ``rounding``
     (the C constant) and ``rq_r`` (the branch-free helper the tiled kernels call)."""
     mode = rounding_of(attrs)
-    return {"rounding": rounding_code(mode),
-            "rq_r": "tinyc_q_mbqm_even_r" if mode == "half_even" else "tinyc_q_mbqm_r"}
+    return {"rounding": rounding_code(mode), "rq_r": "tinyc_q_mbqm_even_r" if mode == "half_even" else "tinyc_q_mbqm_r"}
 
 
 def shift_round_half_even(x: ArrayLike, exponent: ArrayLike) -> np.ndarray:
@@ -191,8 +193,9 @@ def shift_round_half_even(x: ArrayLike, exponent: ArrayLike) -> np.ndarray:
     return q + ((r > half) | ((r == half) & ((q & 1) == 1)))
 
 
-def multiply_by_quantized_multiplier(acc: ArrayLike, multiplier: ArrayLike, shift: ArrayLike,
-                                     rounding: str = "tflite") -> np.ndarray | int:
+def multiply_by_quantized_multiplier(
+    acc: ArrayLike, multiplier: ArrayLike, shift: ArrayLike, rounding: str = "tflite"
+) -> np.ndarray | int:
     """acc * M in int32 with M = (multiplier, shift): TFLite's ``MultiplyByQuantizedMultiplier``.
 
     left = max(shift, 0), right = max(-shift, 0); x = saturating_left_shift(acc, left);
@@ -212,8 +215,15 @@ def multiply_by_quantized_multiplier(acc: ArrayLike, multiplier: ArrayLike, shif
     return rounding_divide_by_pot(np.asarray(srdhm(x, multiplier)), right)
 
 
-def requantize(acc: ArrayLike, multiplier: ArrayLike, shift: ArrayLike, out_zp: ArrayLike,
-               act_min: int = INT8_MIN, act_max: int = INT8_MAX, rounding: str = "tflite") -> np.ndarray | int:
+def requantize(
+    acc: ArrayLike,
+    multiplier: ArrayLike,
+    shift: ArrayLike,
+    out_zp: ArrayLike,
+    act_min: int = INT8_MIN,
+    act_max: int = INT8_MAX,
+    rounding: str = "tflite",
+) -> np.ndarray | int:
     """int32 accumulator -> int8 output: clamp(mbqm(acc, multiplier, shift) + out_zp, act_min, act_max).
 
     The addition of the zero point is exact (no int32 wrap: the C clamps to
@@ -231,8 +241,15 @@ def requantize(acc: ArrayLike, multiplier: ArrayLike, shift: ArrayLike, out_zp: 
 # compile time: scales, zero points, tensors
 # ----------------------------------------------------------------------------------------------
 
-def quantize(x: ArrayLike, scale: ArrayLike, zp: ArrayLike, qmin: int = INT8_MIN, qmax: int = INT8_MAX,
-             rounding: str = "half_even") -> np.ndarray:
+
+def quantize(
+    x: ArrayLike,
+    scale: ArrayLike,
+    zp: ArrayLike,
+    qmin: int = INT8_MIN,
+    qmax: int = INT8_MAX,
+    rounding: str = "half_even",
+) -> np.ndarray:
     """ONNX ``QuantizeLinear``: saturate(round(x / scale) + zp) to [qmin, qmax] (int8 by default).
 
     The ONNX spec rounds half to even (onnxruntime uses ``nearbyint``), so that is the default.
@@ -263,8 +280,9 @@ def dequantize(q: ArrayLike, scale: ArrayLike, zp: ArrayLike, dtype: npt.DTypeLi
     return d.astype(dtype) * np.asarray(scale, dtype=dtype)
 
 
-def choose_qparams(rmin: ArrayLike, rmax: ArrayLike, symmetric: bool = False,
-                   qmin: int = INT8_MIN, qmax: int = INT8_MAX) -> tuple[np.ndarray, np.ndarray]:
+def choose_qparams(
+    rmin: ArrayLike, rmax: ArrayLike, symmetric: bool = False, qmin: int = INT8_MIN, qmax: int = INT8_MAX
+) -> tuple[np.ndarray, np.ndarray]:
     """(scale, zero_point) for a real range, as onnxruntime's quantizer (``compute_scale_zp``) does.
 
     The range is first widened to include 0, so that 0.0 (padding, ReLU's floor) is exactly
@@ -325,20 +343,27 @@ def quantize_bias(b: ArrayLike, s_in: ArrayLike, s_w: ArrayLike) -> np.ndarray:
 def requant_params(s_in: ArrayLike, s_w: ArrayLike, s_out: ArrayLike) -> tuple[np.ndarray | int, np.ndarray | int]:
     """(multiplier, shift) per channel for M = s_in * s_w[c] / s_out, computed in float64 from the
     (float32) scales as TFLite does (``static_cast<double>`` of each scale)."""
-    m = (np.asarray(s_in, dtype=np.float32).astype(np.float64) * np.asarray(s_w, dtype=np.float32).astype(np.float64)
-         / np.asarray(s_out, dtype=np.float32).astype(np.float64))
+    m = (
+        np.asarray(s_in, dtype=np.float32).astype(np.float64)
+        * np.asarray(s_w, dtype=np.float32).astype(np.float64)
+        / np.asarray(s_out, dtype=np.float32).astype(np.float64)
+    )
     return quantize_multiplier(m)
 
 
-def activation_range(kind: str | None, scale: float, zp: int, lo: float | None = None, hi: float | None = None) -> tuple[int, int]:
+def activation_range(
+    kind: str | None, scale: float, zp: int, lo: float | None = None, hi: float | None = None
+) -> tuple[int, int]:
     """Fold a fused activation into the int8 clamp [act_min, act_max], as TFLite's
     ``CalculateActivationRangeQuantized``: Relu -> [max(-128, zp), 127]; Relu6 ->
     [max(-128, zp), min(127, zp + round(6 / scale))]; Clip(lo, hi) -> the same with quantized
     bounds; None -> [-128, 127]. Bounds are quantized half to even (the ONNX QuantizeLinear rule,
     which is what onnxruntime computes for Clip -> QuantizeLinear); TFLite rounds half away from
     zero here, which differs only when bound / scale is exactly k + 1/2."""
+
     def q(v: float) -> int:
         return int(zp + np.rint(np.float32(v) / np.float32(scale)))
+
     if kind is None:
         return INT8_MIN, INT8_MAX
     if kind == "relu":
@@ -356,8 +381,15 @@ def activation_range(kind: str | None, scale: float, zp: int, lo: float | None =
 # unary ops: a 256-entry table
 # ----------------------------------------------------------------------------------------------
 
-def build_lut(fn: Callable[[np.ndarray], np.ndarray], s_in: float, zp_in: int, s_out: float, zp_out: int,
-              rounding: str = "half_away") -> np.ndarray:
+
+def build_lut(
+    fn: Callable[[np.ndarray], np.ndarray],
+    s_in: float,
+    zp_in: int,
+    s_out: float,
+    zp_out: int,
+    rounding: str = "half_away",
+) -> np.ndarray:
     """The int8 -> int8 table of a unary op: lut[q + 128] = quantize(fn(dequantize(q))).
 
     Every int8 input is dequantized (float64: (q - zp_in) * s_in), passed through ``fn`` (a
@@ -382,9 +414,11 @@ def lut_lookup(lut: np.ndarray, q: ArrayLike) -> np.ndarray:
 # int8 Add (TFLite reference_integer_ops::Add / CMSIS-NN arm_elementwise_add_s8)
 # ----------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class AddParams:
     """Integer parameters of an int8 Add; field for field the C ``tinyc_q_add_params_t``."""
+
     in1_offset: int  # -zp1
     in1_multiplier: int
     in1_shift: int
@@ -400,8 +434,16 @@ class AddParams:
     rounding: int = 0  # of the output stage: rounding_code(mode); the input stages are TFLite's
 
 
-def add_params(s1: float, zp1: int, s2: float, zp2: int, s_out: float, zp_out: int,
-               act_min: int = INT8_MIN, act_max: int = INT8_MAX) -> AddParams:
+def add_params(
+    s1: float,
+    zp1: int,
+    s2: float,
+    zp2: int,
+    s_out: float,
+    zp_out: int,
+    act_min: int = INT8_MIN,
+    act_max: int = INT8_MAX,
+) -> AddParams:
     """TFLite's int8 Add preparation: both inputs are brought to a common scale 2*max(s1, s2)/2^20.
 
     twice_max = 2 * max(s1, s2) (float64 from float32 scales); real_in_i = s_i / twice_max (<= 1/2);
@@ -413,8 +455,19 @@ def add_params(s1: float, zp1: int, s2: float, zp2: int, s_out: float, zp_out: i
     m1, sh1 = quantize_multiplier(f1 / twice_max)
     m2, sh2 = quantize_multiplier(f2 / twice_max)
     mo, sho = quantize_multiplier(twice_max / (float(1 << ADD_LEFT_SHIFT) * fo))
-    return AddParams(-int(zp1), int(m1), int(sh1), -int(zp2), int(m2), int(sh2), int(mo), int(sho), int(zp_out),
-                     int(act_min), int(act_max))
+    return AddParams(
+        -int(zp1),
+        int(m1),
+        int(sh1),
+        -int(zp2),
+        int(m2),
+        int(sh2),
+        int(mo),
+        int(sho),
+        int(zp_out),
+        int(act_min),
+        int(act_max),
+    )
 
 
 def add_int8(q1: ArrayLike, q2: ArrayLike, p: AddParams) -> np.ndarray:
@@ -426,21 +479,33 @@ def add_int8(q1: ArrayLike, q2: ArrayLike, p: AddParams) -> np.ndarray:
     a2 = (_i64(q2, "q2", INT8_MIN, INT8_MAX) + p.in2_offset) << p.left_shift
     s1 = np.asarray(multiply_by_quantized_multiplier(a1, p.in1_multiplier, p.in1_shift)).astype(np.int64)
     s2 = np.asarray(multiply_by_quantized_multiplier(a2, p.in2_multiplier, p.in2_shift)).astype(np.int64)
-    return np.asarray(requantize(s1 + s2, p.out_multiplier, p.out_shift, p.out_zp, p.act_min, p.act_max,
-                                 ROUNDINGS[p.rounding]))
+    return np.asarray(
+        requantize(s1 + s2, p.out_multiplier, p.out_shift, p.out_zp, p.act_min, p.act_max, ROUNDINGS[p.rounding])
+    )
 
 
 # ----------------------------------------------------------------------------------------------
 # int8 Mul and moving a tensor to another grid (QMul, QRequantize, QConcat)
 # ----------------------------------------------------------------------------------------------
 
-def mul_int8(q1: ArrayLike, q2: ArrayLike, zp1: int, zp2: int, multiplier: int, shift: int, out_zp: int,
-             act_min: int = INT8_MIN, act_max: int = INT8_MAX, rounding: str = "tflite") -> np.ndarray:
+
+def mul_int8(
+    q1: ArrayLike,
+    q2: ArrayLike,
+    zp1: int,
+    zp2: int,
+    multiplier: int,
+    shift: int,
+    out_zp: int,
+    act_min: int = INT8_MIN,
+    act_max: int = INT8_MAX,
+    rounding: str = "tflite",
+) -> np.ndarray:
     """int8 * int8 -> int8 (broadcasting), TFLite's reference_integer_ops::Mul:
     acc = (q1 - zp1) * (q2 - zp2) (|acc| <= 255 * 255 < 2^16: exact in int32);
     out = requantize(acc, multiplier, shift, out_zp, act_min, act_max) with (multiplier, shift)
     = ``requant_params(s1, s2, s_out)``, i.e. M = s1 * s2 / s_out."""
-    acc = ((_i64(q1, "q1", INT8_MIN, INT8_MAX) - int(zp1)) * (_i64(q2, "q2", INT8_MIN, INT8_MAX) - int(zp2)))
+    acc = (_i64(q1, "q1", INT8_MIN, INT8_MAX) - int(zp1)) * (_i64(q2, "q2", INT8_MIN, INT8_MAX) - int(zp2))
     return np.asarray(requantize(acc, multiplier, shift, out_zp, act_min, act_max, rounding))
 
 
@@ -464,8 +529,16 @@ def rescale_params(s_in: float, s_out: float) -> tuple[int, int, int] | None:
     return int(m), int(s) - k, k
 
 
-def rescale(q: ArrayLike, in_zp: int, out_zp: int, qmin: int, qmax: int,
-            multiplier: int | None = None, shift: int = 0, left_shift: int = 0) -> np.ndarray:
+def rescale(
+    q: ArrayLike,
+    in_zp: int,
+    out_zp: int,
+    qmin: int,
+    qmax: int,
+    multiplier: int | None = None,
+    shift: int = 0,
+    left_shift: int = 0,
+) -> np.ndarray:
     """Move integers q (int8 or uint8 values) from grid (s_in, in_zp) to grid (s_out, out_zp).
 
     Equal scales (``multiplier`` None): clamp(q - in_zp + out_zp, qmin, qmax), exact.

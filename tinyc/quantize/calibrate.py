@@ -39,11 +39,13 @@ Quantization convention (also used by `fake_quant`, `quant_params`):
               q = clip(round(x / scale) + zero_point, -128, 127), real = scale * (q - zero_point).
   symmetric:  scale = max|range| / 127, zero_point = 0, q in [-127, 127].
 """
+
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -63,15 +65,15 @@ class TensorRange:
     min: float
     max: float
     method: str
-    observed_min: float          # over the finite values of all samples (before widening to 0)
+    observed_min: float  # over the finite values of all samples (before widening to 0)
     observed_max: float
-    count: int                   # finite values seen
-    nonfinite: int = 0           # inf/nan values left out
+    count: int  # finite values seen
+    nonfinite: int = 0  # inf/nan values left out
     symmetric: bool = False
     percentile: float | None = None
-    hist: np.ndarray | None = None          # counts (percentile/mse); of |x| when symmetric
+    hist: np.ndarray | None = None  # counts (percentile/mse); of |x| when symmetric
     hist_range: tuple[float, float] | None = None
-    expected_mse: float | None = None       # histogram estimate of the int8 error for [min, max]
+    expected_mse: float | None = None  # histogram estimate of the int8 error for [min, max]
     extra: dict[str, Any] = field(default_factory=dict)
 
     def quant_params(self) -> tuple[float, int]:
@@ -80,6 +82,7 @@ class TensorRange:
 
 
 # -- quantizer -------------------------------------------------------------------------------
+
 
 def quant_params(lo: float, hi: float, symmetric: bool = False) -> tuple[float, int]:
     lo, hi = _fix_range(float(lo), float(hi), symmetric)
@@ -128,8 +131,9 @@ def _grid(lo: np.ndarray, hi: np.ndarray, symmetric: bool) -> tuple[np.ndarray, 
     return s, (-128.0 - zp) * s, (127.0 - zp) * s
 
 
-def _expected_sq_error(counts: np.ndarray, edges: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                       symmetric: bool) -> np.ndarray:
+def _expected_sq_error(
+    counts: np.ndarray, edges: np.ndarray, lo: np.ndarray, hi: np.ndarray, symmetric: bool
+) -> np.ndarray:
     """Mean squared quantization error per candidate range (lo[k], hi[k]) for a histogram whose
     values are uniformly spread within each bin. Shapes: counts (B,), edges (B+1,), lo/hi (K,)."""
     nz = counts > 0
@@ -151,14 +155,15 @@ def _expected_sq_error(counts: np.ndarray, edges: np.ndarray, lo: np.ndarray, hi
     def g(u: np.ndarray) -> np.ndarray:
         k = np.floor(u + 0.5)
         v = u - k
-        return k / 12.0 + (v ** 3 + 0.125) / 3.0
+        return k / 12.0 + (v**3 + 0.125) / 3.0
 
-    inside = s ** 3 * (g(b2 / s) - g(a2 / s))
+    inside = s**3 * (g(b2 / s) - g(a2 / s))
     per_bin = (below + above + np.maximum(inside, 0.0)) / w
     return (per_bin * n[None, :]).sum(axis=1) / max(n.sum(), 1.0)
 
 
 # -- range selection from statistics ------------------------------------------------------------
+
 
 def _percentile_range(counts: np.ndarray, edges: np.ndarray, p: float, symmetric: bool) -> tuple[float, float]:
     cum = np.concatenate([[0.0], np.cumsum(counts, dtype=np.float64)])
@@ -210,9 +215,11 @@ def _mse_range(counts: np.ndarray, edges: np.ndarray, symmetric: bool) -> tuple[
 
 # -- data -------------------------------------------------------------------------------------
 
+
 def _load_calib(calib: Any) -> Mapping[str, np.ndarray]:
     """Calibration arrays from an .npz/.npy path or a mapping (read by tinyc.quantize.feeds)."""
     from tinyc.quantize.feeds import load_arrays
+
     if isinstance(calib, (str, os.PathLike)):
         return load_arrays(calib, "calibration file", UsageError)
     if not isinstance(calib, Mapping):
@@ -225,8 +232,12 @@ def calibration_samples(graph: Graph, calib: Any) -> tuple[int, Callable[[int], 
     and return (N, feeds) where feeds(k) gives the inputs of sample k. Float data keeps its NaN/Inf
     (they are left out of the statistics, see the module docstring)."""
     from tinyc.quantize.feeds import prepare_feeds
-    manifest = {"inputs": [{"name": n, "shape": list(graph.tensor(n).shape), "dtype": graph.tensor(n).dtype}
-                           for n in graph.inputs]}
+
+    manifest = {
+        "inputs": [
+            {"name": n, "shape": list(graph.tensor(n).shape), "dtype": graph.tensor(n).dtype} for n in graph.inputs
+        ]
+    }
     try:
         data = prepare_feeds(manifest, _load_calib(calib))
     except RunError as e:
@@ -262,9 +273,15 @@ def _finite(x: np.ndarray) -> tuple[np.ndarray, int]:
     return x[mask], int(x.size - mask.sum())
 
 
-def collect_ranges(graph: Graph, calib: Mapping[str, np.ndarray] | str | os.PathLike, method: str = "minmax",
-                   percentile: float = 99.99, bins: int = 2048, progress: bool = True,
-                   symmetric: bool = False) -> dict[str, TensorRange]:
+def collect_ranges(
+    graph: Graph,
+    calib: Mapping[str, np.ndarray] | str | os.PathLike,
+    method: str = "minmax",
+    percentile: float = 99.99,
+    bins: int = 2048,
+    progress: bool = True,
+    symmetric: bool = False,
+) -> dict[str, TensorRange]:
     """Calibrated range of every float32 activation tensor of `graph` over the samples of `calib`
     ({input name: array with a leading sample dim N}, or an .npz path). See the module docstring."""
     from tqdm import tqdm
@@ -310,8 +327,9 @@ def collect_ranges(graph: Graph, calib: Mapping[str, np.ndarray] | str | os.Path
             if r[1] - r[0] > 0:
                 hrange[name] = r
                 hists[name] = np.zeros(bins, np.int64)
-        for k in tqdm(range(n), desc="calibrating (pass 2/2: histograms)", unit="sample",
-                      disable=not progress, leave=False):
+        for k in tqdm(
+            range(n), desc="calibrating (pass 2/2: histograms)", unit="sample", disable=not progress, leave=False
+        ):
             env = run_graph(graph, feeds(k), keep_all=True)
             for name, h in hists.items():
                 x, _ = _finite(env[name])
@@ -340,10 +358,21 @@ def collect_ranges(graph: Graph, calib: Mapping[str, np.ndarray] | str | os.Path
         if h is not None and est is None:
             est = float(_expected_sq_error(h, edges, np.array([rng_lo]), np.array([rng_hi]), symmetric)[0])
         result[name] = TensorRange(
-            name=name, min=rng_lo, max=rng_hi, method=method, observed_min=obs_lo, observed_max=obs_hi,
-            count=count[name], nonfinite=bad[name], symmetric=symmetric,
+            name=name,
+            min=rng_lo,
+            max=rng_hi,
+            method=method,
+            observed_min=obs_lo,
+            observed_max=obs_hi,
+            count=count[name],
+            nonfinite=bad[name],
+            symmetric=symmetric,
             percentile=percentile if method == "percentile" else None,
-            hist=h, hist_range=hrange.get(name), expected_mse=est, extra={"samples": n})
+            hist=h,
+            hist_range=hrange.get(name),
+            expected_mse=est,
+            extra={"samples": n},
+        )
     return result
 
 

@@ -72,6 +72,7 @@ Differences from onnxruntime's quantizer (``quantize_static``, QDQ, QInt8/QInt8,
 * Gemm with beta != 1: the int32 bias holds beta * C and beta becomes 1; onnxruntime's bias scale
   includes beta but the stored bias is C, so with beta set to 1 its model computes A*B + C.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -102,8 +103,24 @@ MIN_OPSET = 13  # per-axis DequantizeLinear
 FUSE_ACTIVATION_INTO = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Sub", "Mul"})
 REMOVABLE_ACTIVATIONS = frozenset({"Relu", "Clip"})
 #: Ops whose output takes its data input's (scale, zero point), as onnxruntime's QDQ quantizer does.
-SHARE_QPARAMS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Split", "Gather",
-                           "GatherElements", "MaxPool", "AveragePool", "Resize", "TopK", "Pad"})
+SHARE_QPARAMS = frozenset(
+    {
+        "Reshape",
+        "Transpose",
+        "Squeeze",
+        "Unsqueeze",
+        "Flatten",
+        "Slice",
+        "Split",
+        "Gather",
+        "GatherElements",
+        "MaxPool",
+        "AveragePool",
+        "Resize",
+        "TopK",
+        "Pad",
+    }
+)
 #: Ops whose float constant operands become int8 (per tensor, asymmetric, own min/max).
 CONST_OPERAND_OPS = frozenset({"Add", "Mul", "Concat"})
 WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
@@ -117,8 +134,9 @@ class _QP:
     zp_name: str
 
 
-def export_qdq(model: onnx.ModelProto, ranges: Mapping[str, Any], per_channel: bool = True,
-               keep_float: Collection[str] = ()) -> onnx.ModelProto:
+def export_qdq(
+    model: onnx.ModelProto, ranges: Mapping[str, Any], per_channel: bool = True, keep_float: Collection[str] = ()
+) -> onnx.ModelProto:
     """A QDQ copy of the float `model` (see the module docstring for the exact graph).
 
     ranges: calibrated real range per activation, keyed by ONNX value name (graph inputs and node
@@ -135,6 +153,7 @@ def export_qdq(model: onnx.ModelProto, ranges: Mapping[str, Any], per_channel: b
 
 # ----------------------------------------------------------------------------------------------
 
+
 def _ensure_opset(m: onnx.ModelProto) -> None:
     ver = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), None)
     if ver is None:
@@ -142,11 +161,14 @@ def _ensure_opset(m: onnx.ModelProto) -> None:
     if ver >= MIN_OPSET:
         return
     from onnx import version_converter
+
     try:
         conv = version_converter.convert_version(m, MIN_OPSET)
     except Exception as e:
-        raise UnsupportedError(f"QDQ export needs opset >= {MIN_OPSET} (per-axis DequantizeLinear); converting "
-                               f"this opset-{ver} model failed: {e}") from e
+        raise UnsupportedError(
+            f"QDQ export needs opset >= {MIN_OPSET} (per-axis DequantizeLinear); converting "
+            f"this opset-{ver} model failed: {e}"
+        ) from e
     m.CopyFrom(conv)
 
 
@@ -203,8 +225,13 @@ def _inputs_with_subgraphs(n: onnx.NodeProto) -> list[str]:
     """The node's inputs and every name its subgraphs (If/Loop/Scan bodies) read."""
     names = list(n.input)
     for a in n.attribute:
-        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
-                    list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
+        for sub in (
+            [a.g]
+            if a.type == onnx.AttributeProto.GRAPH
+            else list(a.graphs)
+            if a.type == onnx.AttributeProto.GRAPHS
+            else []
+        ):
             for sn in sub.node:
                 names.extend(_inputs_with_subgraphs(sn))
             names.extend(o.name for o in sub.output)
@@ -226,8 +253,11 @@ class _Exporter:
         g = self.g
         self.nodes = [_copy_node(n) for n in g.node]
         self.inits = {i.name: i for i in g.initializer}
-        self.const_nodes = {n.output[0]: n for n in self.nodes
-                            if n.op_type == "Constant" and len(n.output) == 1 and _attr(n, "value", None) is not None}
+        self.const_nodes = {
+            n.output[0]: n
+            for n in self.nodes
+            if n.op_type == "Constant" and len(n.output) == 1 and _attr(n, "value", None) is not None
+        }
         self.graph_inputs = [i.name for i in g.input if i.name not in self.inits]
         self.graph_outputs = {o.name for o in g.output}
         self.producer: dict[str, int] = {}
@@ -327,16 +357,25 @@ class _Exporter:
         for n in self.nodes:  # onnxruntime's adjust_tensor_ranges
             if n.op_type == "Softmax" and n.output[0] in act:
                 act[n.output[0]] = (np.float32(0.0), np.float32(1.0))
-            elif (n.op_type in REMOVABLE_ACTIVATIONS and n.input[0] in act and n.output[0] in act
-                  and len(self.consumers[n.input[0]]) == 1 and n.input[0] not in self.graph_outputs):
+            elif (
+                n.op_type in REMOVABLE_ACTIVATIONS
+                and n.input[0] in act
+                and n.output[0] in act
+                and len(self.consumers[n.input[0]]) == 1
+                and n.input[0] not in self.graph_outputs
+            ):
                 act[n.input[0]] = act[n.output[0]]
         for n in self.nodes:  # producer -> Relu/Clip: quantize only after the activation
             t = n.input[0] if n.input else ""
             if n.op_type not in REMOVABLE_ACTIVATIONS or t not in act or n.output[0] not in act:
                 continue
             p = self.producer.get(t)
-            if (p is not None and self.nodes[p].op_type in FUSE_ACTIVATION_INTO and len(self.consumers[t]) == 1
-                    and t not in self.graph_outputs):
+            if (
+                p is not None
+                and self.nodes[p].op_type in FUSE_ACTIVATION_INTO
+                and len(self.consumers[t]) == 1
+                and t not in self.graph_outputs
+            ):
                 del act[t]
         return act
 
@@ -373,8 +412,9 @@ class _Exporter:
 
     # -- constants ------------------------------------------------------------------------------
 
-    def weight_dq(self, node_idx: int, name: str, w: np.ndarray, axis: int | None, scale: np.ndarray,
-                  cache: dict, pending: dict) -> str:
+    def weight_dq(
+        self, node_idx: int, name: str, w: np.ndarray, axis: int | None, scale: np.ndarray, cache: dict, pending: dict
+    ) -> str:
         """DequantizeLinear of a symmetric int8 weight with the given scales ([C] per `axis`, or [1]
         for one scale per tensor when `axis` is None)."""
         key = ("w", name, axis)
@@ -393,8 +433,9 @@ class _Exporter:
         self.add_init(qn, q.astype(np.int8))
         self.add_init(sn, np.asarray(scale_arr, np.float32))
         self.add_init(zn, zp)
-        pending[node_idx].append(helper.make_node("DequantizeLinear", [qn, sn, zn], [out],
-                                                  self.fresh(f"{name}_DequantizeLinear"), **attrs))
+        pending[node_idx].append(
+            helper.make_node("DequantizeLinear", [qn, sn, zn], [out], self.fresh(f"{name}_DequantizeLinear"), **attrs)
+        )
         self.replaced_consts.add(name)
         cache[key] = out
         return out
@@ -413,14 +454,14 @@ class _Exporter:
         self.add_init(qn, q)
         self.add_init(sn, np.float32(s))
         self.add_init(zn, np.int8(z))
-        pending[node_idx].append(helper.make_node("DequantizeLinear", [qn, sn, zn], [out],
-                                                  self.fresh(f"{name}_DequantizeLinear")))
+        pending[node_idx].append(
+            helper.make_node("DequantizeLinear", [qn, sn, zn], [out], self.fresh(f"{name}_DequantizeLinear"))
+        )
         self.replaced_consts.add(name)
         cache[key] = out
         return out
 
-    def bias_dq(self, node_idx: int, name: str, b: np.ndarray, s_x: np.float32, s_w: np.ndarray,
-                pending: dict) -> str:
+    def bias_dq(self, node_idx: int, name: str, b: np.ndarray, s_x: np.float32, s_w: np.ndarray, pending: dict) -> str:
         """int32 bias with scale s_x * s_w[c] and zero point 0."""
         per_axis = s_w.size > 1
         s_w = s_w if per_axis else np.float32(s_w.reshape(-1)[0])
@@ -439,8 +480,9 @@ class _Exporter:
         self.add_init(sn, scale)
         self.add_init(zn, np.zeros(scale.shape, np.int32))
         attrs = {"axis": 0} if per_axis else {}
-        pending[node_idx].append(helper.make_node("DequantizeLinear", [qn, sn, zn], [out],
-                                                  self.fresh(f"{name}_DequantizeLinear"), **attrs))
+        pending[node_idx].append(
+            helper.make_node("DequantizeLinear", [qn, sn, zn], [out], self.fresh(f"{name}_DequantizeLinear"), **attrs)
+        )
         self.replaced_consts.add(name)
         return out
 
@@ -534,10 +576,16 @@ class _Exporter:
             q_out = self.fresh(f"{t}_QuantizeLinear_Output")
             d_out = t if t in self.graph_outputs else self.fresh(f"{t}_DequantizeLinear_Output")
             dq_out[t] = d_out
-            out_nodes.append(helper.make_node("QuantizeLinear", [q_in, p.scale_name, p.zp_name], [q_out],
-                                              self.fresh(f"{t}_QuantizeLinear")))
-            out_nodes.append(helper.make_node("DequantizeLinear", [q_out, p.scale_name, p.zp_name], [d_out],
-                                              self.fresh(f"{t}_DequantizeLinear")))
+            out_nodes.append(
+                helper.make_node(
+                    "QuantizeLinear", [q_in, p.scale_name, p.zp_name], [q_out], self.fresh(f"{t}_QuantizeLinear")
+                )
+            )
+            out_nodes.append(
+                helper.make_node(
+                    "DequantizeLinear", [q_out, p.scale_name, p.zp_name], [d_out], self.fresh(f"{t}_DequantizeLinear")
+                )
+            )
 
         for t in self.graph_inputs:
             if t in live:
@@ -560,8 +608,11 @@ class _Exporter:
         # drop the float constants that were replaced and are no longer used
         used = {i for n in out_nodes for i in _inputs_with_subgraphs(n)} | self.graph_outputs
         dead = {c for c in self.replaced_consts if c not in used or c in self.drop_value_info}
-        out_nodes = [n for n in out_nodes
-                     if not (n.op_type == "Constant" and n.output[0] in dead and n.output[0] in self.const_nodes)]
+        out_nodes = [
+            n
+            for n in out_nodes
+            if not (n.op_type == "Constant" and n.output[0] in dead and n.output[0] in self.const_nodes)
+        ]
         # a replaced bias keeps its name: the float constant must go even though the name is still used
         kept_inits = [i for i in g.initializer if i.name not in dead]
         kept_inputs = [i for i in g.input if not (i.name in dead and i.name in self.inits)]

@@ -34,13 +34,15 @@ user (targets, device, api, tune) sits above it, so all import it without cycles
 `tinyc.quantize.io.to_model_input` and `tinyc.targets.host.batch_size`/`sample`/... are this
 module's functions re-exported under their old names.
 """
+
 from __future__ import annotations
 
 import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -49,8 +51,15 @@ from tinyc.errors import RunError, TinycError, UsageError
 #: Keys of a data file that hold labels, not model inputs (ignored unless the model has such an input).
 LABEL_KEYS = ("y", "label", "labels")
 
-_KIND_NAMES = {"U": "strings", "S": "bytes", "O": "Python objects", "c": "complex numbers", "V": "raw records",
-               "M": "datetimes", "m": "timedeltas"}
+_KIND_NAMES = {
+    "U": "strings",
+    "S": "bytes",
+    "O": "Python objects",
+    "c": "complex numbers",
+    "V": "raw records",
+    "M": "datetimes",
+    "m": "timedeltas",
+}
 
 
 class ArrayFile(dict):
@@ -64,8 +73,8 @@ class ArrayFile(dict):
 
 # -------------------------------------------------------------------------------- files
 
-def load_arrays(path: str | os.PathLike, what: str = "input file",
-                error: type[TinycError] = RunError) -> ArrayFile:
+
+def load_arrays(path: str | os.PathLike, what: str = "input file", error: type[TinycError] = RunError) -> ArrayFile:
     """The arrays of an .npz (by key) or an .npy (one array, key 'x'), read without unpickling.
     Every failure is `error` with one line naming `what` and the file."""
     p = Path(path)
@@ -82,8 +91,10 @@ def load_arrays(path: str | os.PathLike, what: str = "input file",
         return ArrayFile(_read_npz(p, what, error), p, npy=False)
     if head.startswith(b"\x93NUMPY"):
         return ArrayFile({"x": _read_npy(p, what, error)}, p, npy=True)
-    raise error(f"{what} {p} is not a readable .npz/.npy file (neither a zip archive nor an .npy header"
-                f"{'; it is empty' if not head else ''})")
+    raise error(
+        f"{what} {p} is not a readable .npz/.npy file (neither a zip archive nor an .npy header"
+        f"{'; it is empty' if not head else ''})"
+    )
 
 
 def _read_npy(p: Path, what: str, error: type[TinycError]) -> np.ndarray:
@@ -91,12 +102,14 @@ def _read_npy(p: Path, what: str, error: type[TinycError]) -> np.ndarray:
         arr = np.load(p, allow_pickle=False)
     except ValueError as exc:
         if "allow_pickle" in str(exc):
-            raise error(f"{what} {p} holds Python objects (it needs unpickling, which tinyc never does); "
-                        "save a numeric array") from None
+            raise error(
+                f"{what} {p} holds Python objects (it needs unpickling, which tinyc never does); save a numeric array"
+            ) from None
         raise error(f"{what} {p} is not a readable .npz/.npy file (truncated or corrupt: {exc})") from None
     except Exception as exc:  # noqa: BLE001  (EOFError, OSError, format errors of all kinds)
-        raise error(f"{what} {p} is not a readable .npz/.npy file (truncated or corrupt: "
-                    f"{type(exc).__name__}: {exc})") from None
+        raise error(
+            f"{what} {p} is not a readable .npz/.npy file (truncated or corrupt: {type(exc).__name__}: {exc})"
+        ) from None
     return np.asarray(arr)
 
 
@@ -109,14 +122,19 @@ def _read_npz(p: Path, what: str, error: type[TinycError]) -> dict[str, np.ndarr
                     out[key] = np.asarray(z[key])
                 except ValueError as exc:
                     if "allow_pickle" in str(exc):
-                        raise error(f"{what} {p}: array '{key}' holds Python objects (it needs unpickling, "
-                                    "which tinyc never does); save a numeric array") from None
+                        raise error(
+                            f"{what} {p}: array '{key}' holds Python objects (it needs unpickling, "
+                            "which tinyc never does); save a numeric array"
+                        ) from None
                     raise
     except TinycError:
         raise
     except Exception as exc:  # noqa: BLE001  (BadZipFile, CRC errors, truncated members, ...)
-        kind = "truncated or corrupt" if isinstance(exc, (zipfile.BadZipFile, EOFError, ValueError, OSError)) \
+        kind = (
+            "truncated or corrupt"
+            if isinstance(exc, (zipfile.BadZipFile, EOFError, ValueError, OSError))
             else "unreadable"
+        )
         raise error(f"{what} {p} is not a readable .npz/.npy file ({kind}: {type(exc).__name__}: {exc})") from None
     if not out:
         raise error(f"{what} {p} holds no arrays")
@@ -127,8 +145,9 @@ def load_one_array(path: str | os.PathLike, what: str, error: type[TinycError] =
     """One numeric array from an .npy (or an .npz holding exactly one array): --bind, --labels."""
     data = load_arrays(path, what, error)
     if len(data) != 1:
-        raise error(f"{what} {data.path} holds {len(data)} arrays ({', '.join(data)}); give an .npy or an .npz "
-                    "with one array")
+        raise error(
+            f"{what} {data.path} holds {len(data)} arrays ({', '.join(data)}); give an .npy or an .npz with one array"
+        )
     arr = next(iter(data.values()))
     kind = _KIND_NAMES.get(arr.dtype.kind)
     if kind:
@@ -137,6 +156,7 @@ def load_one_array(path: str | os.PathLike, what: str, error: type[TinycError] =
 
 
 # -------------------------------------------------------------------------------- names, dtypes, shapes
+
 
 def resolve_input_names(manifest: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
     """A one-input model also accepts data whose array is called 'x' (or is the only one, or an .npy)."""
@@ -154,16 +174,22 @@ def check_names(manifest: Mapping[str, Any], inputs: Mapping[str, Any], source: 
     """Every model input present; nothing else but labels."""
     names = [s["name"] for s in manifest["inputs"]]
     if getattr(source, "npy", False) and len(names) != 1:
-        raise RunError(f"{source.path} is an .npy file holding one array; the model has {len(names)} inputs "
-                       f"({', '.join(names)}): give an .npz with one array per input")
+        raise RunError(
+            f"{source.path} is an .npy file holding one array; the model has {len(names)} inputs "
+            f"({', '.join(names)}): give an .npz with one array per input"
+        )
     missing = [n for n in names if n not in inputs]
     if missing:
-        raise RunError(f"input data lacks model input(s) {', '.join(missing)}; the model's inputs are "
-                       f"{', '.join(names)} (npz keys must be these names)")
+        raise RunError(
+            f"input data lacks model input(s) {', '.join(missing)}; the model's inputs are "
+            f"{', '.join(names)} (npz keys must be these names)"
+        )
     extra = [k for k in inputs if k not in names and k not in LABEL_KEYS]
     if extra:
-        raise RunError(f"input data has array(s) {', '.join(repr(k) for k in extra)} that are not model inputs; "
-                       f"the model's inputs are {', '.join(names)}")
+        raise RunError(
+            f"input data has array(s) {', '.join(repr(k) for k in extra)} that are not model inputs; "
+            f"the model's inputs are {', '.join(names)}"
+        )
 
 
 def as_numeric(name: str, value: Any) -> np.ndarray:
@@ -197,8 +223,10 @@ def batch_size(manifest: Mapping[str, Any], inputs: Mapping[str, Any]) -> tuple[
             counts.add(arr_shape[0])
         else:
             hint = f" or (N, {', '.join(map(str, shape[1:]))})" if shape and shape[0] == 1 else ""
-            raise RunError(f"input '{spec['name']}' has shape {arr_shape}; expected {shape}, "
-                           f"(N, {', '.join(map(str, shape))}){hint} for N inferences")
+            raise RunError(
+                f"input '{spec['name']}' has shape {arr_shape}; expected {shape}, "
+                f"(N, {', '.join(map(str, shape))}){hint} for N inferences"
+            )
         if counts and min(counts) == 0:
             raise RunError(f"input '{spec['name']}' holds no samples (shape {arr_shape}); give at least one")
     if len(modes) > 1:
@@ -215,7 +243,7 @@ def sample(arr: np.ndarray, shape: Sequence[int], mode: str, k: int) -> np.ndarr
         return arr
     if mode == "extra":
         return arr[k]
-    return arr[k:k + 1].reshape(shape)
+    return arr[k : k + 1].reshape(shape)
 
 
 def stack_outputs(results: Mapping[str, list[np.ndarray]], mode: str) -> dict[str, np.ndarray]:
@@ -224,11 +252,14 @@ def stack_outputs(results: Mapping[str, list[np.ndarray]], mode: str) -> dict[st
         return {name: v[0] for name, v in results.items()}
     if mode == "extra":
         return {name: np.stack(v) for name, v in results.items()}
-    return {name: np.concatenate([x.reshape(1, *x.shape[1:]) if x.ndim else x.reshape(1) for x in v])
-            for name, v in results.items()}
+    return {
+        name: np.concatenate([x.reshape(1, *x.shape[1:]) if x.ndim else x.reshape(1) for x in v])
+        for name, v in results.items()
+    }
 
 
 # -------------------------------------------------------------------------------- values
+
 
 def _where(arr: np.ndarray, mask: np.ndarray) -> tuple[int, Any, int]:
     """(flat index, value, count) of the first True in mask."""
@@ -259,20 +290,27 @@ def check_values(spec: Mapping[str, Any], value: Any) -> np.ndarray:
             hint = ""
             if spec.get("quant") is not None:
                 g = spec["quant"]
-                hint = (f"; {dtype} data is taken as the quantized values: give float data to have it quantized "
-                        f"on the input's grid (scale {g['scale']:.6g}, zero point {g['zero_point']})")
-            raise RunError(f"input '{name}': value {int(v)} at {where} is outside {dtype} [{info.min}, {info.max}]"
-                           f"{more}{hint}")
+                hint = (
+                    f"; {dtype} data is taken as the quantized values: give float data to have it quantized "
+                    f"on the input's grid (scale {g['scale']:.6g}, zero point {g['zero_point']})"
+                )
+            raise RunError(
+                f"input '{name}': value {int(v)} at {where} is outside {dtype} [{info.min}, {info.max}]{more}{hint}"
+            )
     elif dtype.kind in "iu" and arr.dtype.kind == "f":
         grid = spec.get("quant")
         if grid is None:
-            raise UsageError(f"input '{name}' is {dtype} without a quantization grid; give {dtype} data, not {arr.dtype}")
+            raise UsageError(
+                f"input '{name}' is {dtype} without a quantization grid; give {dtype} data, not {arr.dtype}"
+            )
         bad = ~np.isfinite(arr)
         if bad.any():
             i, v, count = _where(arr, bad)
             where, more = _at(arr, i, count)
-            raise RunError(f"input '{name}': value {v} at {where} cannot be quantized to {dtype} (scale "
-                           f"{grid['scale']:.6g}, zero point {grid['zero_point']}): NaN and ±Inf are refused{more}")
+            raise RunError(
+                f"input '{name}': value {v} at {where} cannot be quantized to {dtype} (scale "
+                f"{grid['scale']:.6g}, zero point {grid['zero_point']}): NaN and ±Inf are refused{more}"
+            )
     elif dtype.kind == "f" and arr.dtype.kind == "f" and arr.dtype.itemsize > dtype.itemsize:
         top = float(np.finfo(dtype).max)
         with np.errstate(invalid="ignore"):
@@ -292,6 +330,7 @@ def to_model_input(spec: Mapping[str, Any], value: Any) -> np.ndarray:
     dtype = np.dtype(spec["dtype"])
     if arr.dtype.kind == "f" and dtype.kind in "iu":
         from tinyc.quantize.arith import quantize
+
         grid = spec["quant"]
         info = np.iinfo(dtype)
         q = quantize(arr.astype(np.float32), np.float32(grid["scale"]), int(grid["zero_point"]), info.min, info.max)
@@ -300,6 +339,7 @@ def to_model_input(spec: Mapping[str, Any], value: Any) -> np.ndarray:
 
 
 # -------------------------------------------------------------------------------- all of it
+
 
 @dataclass
 class Feeds:
@@ -314,8 +354,9 @@ class Feeds:
         return {s["name"]: sample(self.arrays[s["name"]], s["shape"], self.mode, k) for s in self.specs}
 
     def model(self, k: int) -> dict[str, np.ndarray]:
-        return {s["name"]: to_model_input(s, sample(self.arrays[s["name"]], s["shape"], self.mode, k))
-                for s in self.specs}
+        return {
+            s["name"]: to_model_input(s, sample(self.arrays[s["name"]], s["shape"], self.mode, k)) for s in self.specs
+        }
 
 
 def prepare_feeds(manifest: Mapping[str, Any], inputs: Mapping[str, Any]) -> Feeds:

@@ -5,10 +5,12 @@ One path serves both inputs: a QDQ model arrives with its grids already on the t
 (docs/quantization.md): activations int8 asymmetric per tensor, weights int8 symmetric per output
 channel (chosen by the kernel builders), int32 bias, fixed-point requantization.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -60,8 +62,9 @@ def annotate_from_ranges(graph: Graph, ranges: Mapping[str, TensorRange]) -> Non
                     graph.tensor(o).quant = src.quant
 
 
-def quantize_graph(graph: Graph, calib: Any = None, method: str = "minmax", progress: bool = True,
-                   **calib_options: Any) -> QuantizationResult:
+def quantize_graph(
+    graph: Graph, calib: Any = None, method: str = "minmax", progress: bool = True, **calib_options: Any
+) -> QuantizationResult:
     """Lower a float graph (after the passes) to int8. With `calib`, every activation is
     calibrated first (tensors that already have a grid, from a QDQ model, keep it)."""
     ranges: dict[str, TensorRange] = {}

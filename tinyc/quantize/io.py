@@ -8,9 +8,11 @@ int8). TFLite Micro's converted models take and give int8 (``inference_input_typ
 (scale, zero point) in the manifest, so the host side quantizes float inputs and dequantizes
 outputs with the golden arithmetic.
 """
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -32,7 +34,11 @@ def make_io_int8(graph: Graph) -> None:
         users = consumers.get(name, [])
         float_users = [n for n in users if n.op != "QuantizeLinear"]
         if not users or float_users:
-            who = f"node '{float_users[0].name}' ({float_users[0].op}) reads it in float" if float_users else "it is unused"
+            who = (
+                f"node '{float_users[0].name}' ({float_users[0].op}) reads it in float"
+                if float_users
+                else "it is unused"
+            )
             raise UsageError(f"--io-dtype int8: input '{name}' cannot become int8: {who}")
         grids = {qparams_of(graph, n.outputs[0]) for n in users}
         if len(grids) > 1 or any(n.attrs.get("axis") is not None for n in users):
@@ -50,8 +56,10 @@ def make_io_int8(graph: Graph) -> None:
         node = producers.get(out)
         if node is None or node.op != "DequantizeLinear":
             what = f"node '{node.name}' ({node.op})" if node is not None else "no node"
-            raise UsageError(f"--io-dtype int8: output '{graph.output_names[i]}' is computed in float by {what}; "
-                             "only outputs of int8 layers can be int8")
+            raise UsageError(
+                f"--io-dtype int8: output '{graph.output_names[i]}' is computed in float by {what}; "
+                "only outputs of int8 layers can be int8"
+            )
         graph.outputs[i] = node.inputs[0]
         if not consumers.get(out) and out not in graph.outputs:
             graph.nodes.remove(node)
@@ -63,8 +71,10 @@ def io_quant(tensor: Tensor) -> dict[str, Any] | None:
     q = tensor.quant
     if tensor.dtype not in ("int8", "uint8") or q is None or q.axis is not None:
         return None
-    return {"scale": float(np.asarray(q.scale).reshape(-1)[0]),
-            "zero_point": int(np.asarray(q.zero_point).reshape(-1)[0])}
+    return {
+        "scale": float(np.asarray(q.scale).reshape(-1)[0]),
+        "zero_point": int(np.asarray(q.zero_point).reshape(-1)[0]),
+    }
 
 
 def to_float_output(spec: Mapping[str, Any], value: np.ndarray) -> np.ndarray:

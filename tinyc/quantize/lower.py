@@ -15,11 +15,13 @@ in ``LoweringReport.float_nodes`` with the reason, for the report.
 Scale-preserving ops (Reshape, Transpose, Pad, Slice, Resize nearest, MaxPool, ...) move int8
 values unchanged; when the model wants a different grid on their output a QRequantize follows.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -30,25 +32,35 @@ from tinyc.quantize.arith import choose_qparams
 from tinyc.quantize.qparams import add_qconstant, add_qtensor, qparams_of, quantize_constant
 
 #: Ops that only move or select values: int8 in, int8 out on the same grid.
-MOVES = {"Reshape", "Transpose", "Identity", "Slice", "Split", "DepthToSpace", "SpaceToDepth", "Tile",
-         "Expand", "Gather"}
+MOVES = {
+    "Reshape",
+    "Transpose",
+    "Identity",
+    "Slice",
+    "Split",
+    "DepthToSpace",
+    "SpaceToDepth",
+    "Tile",
+    "Expand",
+    "Gather",
+}
 
 
 @dataclass
 class LoweringReport:
     """What the lowering did: which nodes became integer kernels, which stayed float and why."""
 
-    int8_nodes: list[tuple[str, str]] = field(default_factory=list)          # (node, op)
-    float_nodes: list[tuple[str, str, str]] = field(default_factory=list)    # (node, op, reason)
+    int8_nodes: list[tuple[str, str]] = field(default_factory=list)  # (node, op)
+    float_nodes: list[tuple[str, str, str]] = field(default_factory=list)  # (node, op, reason)
     quantize_nodes: int = 0
     dequantize_nodes: int = 0
-    int8_of: dict[str, str] = field(default_factory=dict)                    # float tensor -> int8 tensor
+    int8_of: dict[str, str] = field(default_factory=dict)  # float tensor -> int8 tensor
 
 
 def _annotated(graph: Graph, name: str) -> bool:
     t = graph.tensor(name)
     q = t.quant
-    return (t.dtype == "float32" and q is not None and q.axis is None and np.asarray(q.scale).size == 1)
+    return t.dtype == "float32" and q is not None and q.axis is None and np.asarray(q.scale).size == 1
 
 
 def clamp_of(node: Node) -> tuple[bool, tuple[float | None, float | None] | None]:
@@ -90,7 +102,10 @@ class _Lowering:
         t = self.g.tensor(name)
         if t.is_constant:
             if _annotated_const(t):
-                s, zp = float(np.asarray(t.quant.scale).reshape(-1)[0]), int(np.asarray(t.quant.zero_point).reshape(-1)[0])
+                s, zp = (
+                    float(np.asarray(t.quant.scale).reshape(-1)[0]),
+                    int(np.asarray(t.quant.zero_point).reshape(-1)[0]),
+                )
             else:
                 data = np.asarray(t.data, np.float32)
                 s_arr, zp_arr = choose_qparams(np.float32(data.min()), np.float32(data.max()))
@@ -101,9 +116,16 @@ class _Lowering:
         s, zp = qparams_of(self.g, name)
         qn = self.g.unique_name(f"{name}_q")
         add_qtensor(self.g, qn, t.shape, s, zp)
-        self.nodes.append(Node(self.g.unique_name(f"{name}_quantize"), "QuantizeLinear", [name], [qn],
-                               {"axis": None, "scale": float(np.float32(s)), "zp": int(zp), "qdtype": "int8"},
-                               source=name))
+        self.nodes.append(
+            Node(
+                self.g.unique_name(f"{name}_quantize"),
+                "QuantizeLinear",
+                [name],
+                [qn],
+                {"axis": None, "scale": float(np.float32(s)), "zp": int(zp), "qdtype": "int8"},
+                source=name,
+            )
+        )
         self.report.quantize_nodes += 1
         self.int8_of[name] = qn
         return qn
@@ -133,8 +155,16 @@ class _Lowering:
 
     def _dequantize(self, qn: str, out: str) -> None:
         s, zp = qparams_of(self.g, qn)
-        self.nodes.append(Node(self.g.unique_name(f"{out}_dequantize"), "DequantizeLinear", [qn], [out],
-                               {"axis": None, "scale": float(np.float32(s)), "zp": int(zp)}, source=out))
+        self.nodes.append(
+            Node(
+                self.g.unique_name(f"{out}_dequantize"),
+                "DequantizeLinear",
+                [qn],
+                [out],
+                {"axis": None, "scale": float(np.float32(s)), "zp": int(zp)},
+                source=out,
+            )
+        )
         self.report.dequantize_nodes += 1
 
     def int8_output(self, name: str, params: tuple[float, int] | None = None) -> str:
@@ -149,8 +179,10 @@ class _Lowering:
         for out, (shape, dtype) in zip(node.outputs, get_op(node.op).infer(node, self.g)):
             t = self.g.tensor(out)
             if tuple(shape) != tuple(t.shape) or dtype != t.dtype:
-                raise UnsupportedError(f"int8 lowering of '{node.source or node.name}' ({node.op}) gave "
-                                       f"{dtype}{list(shape)}, expected {t.dtype}{list(t.shape)}")
+                raise UnsupportedError(
+                    f"int8 lowering of '{node.source or node.name}' ({node.op}) gave "
+                    f"{dtype}{list(shape)}, expected {t.dtype}{list(t.shape)}"
+                )
         self.int8_of[float_out] = int8_out
 
     def preserving(self, node: Node, x_q: str, build: Callable[[str], Node]) -> None:
@@ -161,9 +193,13 @@ class _Lowering:
         self.emit(build(first), out, first)
         if _annotated(self.g, out) and qparams_of(self.g, out) != same:
             from tinyc.ops.qelementwise import build_qrequantize
+
             final = self.int8_output(out)
-            self.emit(build_qrequantize(self.g, self.g.unique_name(f"{node.name}_requant"), first, final,
-                                        source=node.source), out, final)
+            self.emit(
+                build_qrequantize(self.g, self.g.unique_name(f"{node.name}_requant"), first, final, source=node.source),
+                out,
+                final,
+            )
 
     # -- driver -----------------------------------------------------------------------------
     def run(self) -> LoweringReport:
@@ -176,13 +212,15 @@ class _Lowering:
             self.nodes.append(node)
             self.float_ready.update(o for o in node.outputs if o)
             if node.op not in ("QuantizeLinear", "DequantizeLinear") and any(
-                    self.g.tensor(o).dtype == "float32" for o in node.outputs if o):
+                self.g.tensor(o).dtype == "float32" for o in node.outputs if o
+            ):
                 self.report.float_nodes.append((node.name, node.op, reason))
         if not self.g.output_names:
             self.g.output_names = list(self.g.outputs)
         self.g.outputs = [self.as_float(out) for out in self.g.outputs]
         self.g.nodes = self.nodes
         from tinyc.passes.cleanup import eliminate_dead_code
+
         eliminate_dead_code(self.g)
         self.g.topological_sort()
         return self.report
@@ -192,6 +230,7 @@ class _Lowering:
         rule = RULES.get(node.op)
         opdef = get_op(node.op)
         from tinyc.ops.elementwise import UnarySpec
+
         if rule is None and isinstance(getattr(opdef, "spec", None), UnarySpec):
             rule = _lower_unary
         if rule is None:
@@ -217,8 +256,9 @@ def _needs_output(low: _Lowering, node: Node) -> str | None:
 
 
 # -- rules -----------------------------------------------------------------------------------
-def _lower_weighted(low: _Lowering, node: Node, build: Callable[..., Node], shape_check: Callable[[Any, Any], str | None],
-                    *extra: Any) -> str | None:
+def _lower_weighted(
+    low: _Lowering, node: Node, build: Callable[..., Node], shape_check: Callable[[Any, Any], str | None], *extra: Any
+) -> str | None:
     """Conv and fully connected: constant float weights/bias quantized by the builder, clamp fused."""
     g = low.g
     ok, clamp = clamp_of(node)
@@ -234,13 +274,17 @@ def _lower_weighted(low: _Lowering, node: Node, build: Callable[..., Node], shap
     x_q = low.as_int8(node.inputs[0])
     out = node.outputs[0]
     y_q = low.int8_output(out)
-    low.emit(build(g, node.name, x_q, w.name, b.name if b is not None else None, y_q, *extra, clamp,
-                   source=node.source), out, y_q)
+    low.emit(
+        build(g, node.name, x_q, w.name, b.name if b is not None else None, y_q, *extra, clamp, source=node.source),
+        out,
+        y_q,
+    )
     return None
 
 
 def _lower_conv(low: _Lowering, node: Node) -> str | None:
     from tinyc.ops.qconv import build_qconv
+
     if node.attrs.get("layout") != "NHWC":
         return "convolution not channels-last"
     return _lower_weighted(low, node, build_qconv, lambda w, b: None, node.attrs)
@@ -256,6 +300,7 @@ def _fc_shapes(w: Any, b: Any) -> str | None:
 
 def _lower_gemm(low: _Lowering, node: Node) -> str | None:
     from tinyc.ops.qmatmul import build_qfc
+
     a = node.attrs
     if a.get("transA") or a.get("transB") or float(a.get("alpha", 1.0)) != 1.0 or float(a.get("beta", 1.0)) != 1.0:
         return "Gemm with transposes or alpha/beta"
@@ -264,6 +309,7 @@ def _lower_gemm(low: _Lowering, node: Node) -> str | None:
 
 def _lower_binary(low: _Lowering, node: Node) -> str | None:
     from tinyc.ops.qelementwise import build_qadd, build_qmul
+
     ok, clamp = clamp_of(node)
     if not ok:
         return f"fused {node.attrs['activation']['op']} is not a clamp"
@@ -282,6 +328,7 @@ def _lower_binary(low: _Lowering, node: Node) -> str | None:
 
 def _lower_concat(low: _Lowering, node: Node) -> str | None:
     from tinyc.ops.qconcat import build_qconcat
+
     if not all(low.quantizable(i) for i in node.inputs if i):
         return "operand without int8 grid"
     why = _needs_output(low, node)
@@ -296,6 +343,7 @@ def _lower_concat(low: _Lowering, node: Node) -> str | None:
 
 def _lower_pool(low: _Lowering, node: Node) -> str | None:
     from tinyc.ops.qpool import build_qavgpool, build_qmaxpool
+
     x_q = low.as_int8(node.inputs[0])
     if node.attrs["kind"] == "max":
         low.preserving(node, x_q, lambda y: build_qmaxpool(low.g, node.name, x_q, y, node.attrs, source=node.source))
@@ -311,6 +359,7 @@ def _lower_pool(low: _Lowering, node: Node) -> str | None:
 
 def _lower_softmax(low: _Lowering, node: Node) -> str | None:
     from tinyc.ops.qsoftmax import build_qsoftmax
+
     if node.attrs.get("kind") != "softmax" or len(node.attrs.get("axes", [])) != 1:
         return "only single-axis Softmax has an int8 kernel"
     why = _needs_output(low, node)
@@ -325,6 +374,7 @@ def _lower_softmax(low: _Lowering, node: Node) -> str | None:
 
 def _lower_unary(low: _Lowering, node: Node) -> str | None:
     from tinyc.ops.qelementwise import build_qlut
+
     why = _needs_output(low, node)
     if why:
         return why
@@ -373,9 +423,16 @@ def _lower_move(low: _Lowering, node: Node) -> str | None:
 
 
 RULES: dict[str, Callable[[_Lowering, Node], str | None]] = {
-    "Conv": _lower_conv, "Gemm": _lower_gemm, "Add": _lower_binary, "Mul": _lower_binary,
-    "Concat": _lower_concat, "Pool": _lower_pool, "Softmax": _lower_softmax,
-    "Pad": _lower_move, "Resize": _lower_move, **{op: _lower_move for op in MOVES},
+    "Conv": _lower_conv,
+    "Gemm": _lower_gemm,
+    "Add": _lower_binary,
+    "Mul": _lower_binary,
+    "Concat": _lower_concat,
+    "Pool": _lower_pool,
+    "Softmax": _lower_softmax,
+    "Pad": _lower_move,
+    "Resize": _lower_move,
+    **{op: _lower_move for op in MOVES},
 }
 
 

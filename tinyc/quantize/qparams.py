@@ -5,6 +5,7 @@ affine parameters in ``Tensor.quant`` (per-tensor: scalar scale and zero point),
 builder can derive its integer constants (multipliers, shifts, offsets, tables) from its own
 inputs and output alone, and the report can dequantize any int8 tensor for comparison.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -34,11 +35,11 @@ def qparams_of(graph: Graph, name: str) -> tuple[float, int]:
     return float(np.asarray(q.scale, np.float32).reshape(-1)[0]), int(np.asarray(q.zero_point).reshape(-1)[0])
 
 
-def add_qtensor(graph: Graph, name: str, shape: tuple[int, ...], scale: float, zero_point: int,
-                dtype: str = "int8") -> Tensor:
+def add_qtensor(
+    graph: Graph, name: str, shape: tuple[int, ...], scale: float, zero_point: int, dtype: str = "int8"
+) -> Tensor:
     """A new (non-constant) quantized tensor named exactly `name` (callers pick unique names)."""
-    return graph.add_tensor(Tensor(name, tuple(int(d) for d in shape), dtype, None,
-                                   per_tensor(scale, zero_point)))
+    return graph.add_tensor(Tensor(name, tuple(int(d) for d in shape), dtype, None, per_tensor(scale, zero_point)))
 
 
 def add_qconstant(graph: Graph, base: str, q: np.ndarray, scale: float, zero_point: int) -> str:
@@ -51,6 +52,7 @@ def add_qconstant(graph: Graph, base: str, q: np.ndarray, scale: float, zero_poi
 def quantize_constant(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
     """Float constant -> int8 with the given parameters (ONNX QuantizeLinear rounding)."""
     from tinyc.quantize.arith import quantize
+
     return np.asarray(quantize(np.asarray(x, np.float32), np.float32(scale), zero_point), dtype=np.int8)
 
 

@@ -7,10 +7,12 @@ the ops left in float and why, the per-tensor range table.
 error of its dequantized output against the float tensor it stands for, plus output agreement
 (top-1 against each other and against labels when given), weight and arena bytes of both.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -34,11 +36,16 @@ def quantization_summary(q: QuantizationResult) -> dict[str, Any]:
 
 def summary_markdown(s: Mapping[str, Any]) -> str:
     from tinyc.codegen.emitter import md_text  # node and tensor names are the model's text
-    lines = ["## Quantization", "",
-             f"- source of the int8 grids: {'calibration (' + str(s['calib_method']) + ', ' + str(s['calib_samples']) + ' samples)' if s['mode'] == 'calibrated' else 'the QDQ model'}",
-             f"- int8 kernels: {s['int8_nodes']}; Quantize/Dequantize boundaries: "
-             f"{s['quantize_nodes']}/{s['dequantize_nodes']}",
-             f"- ops left in float: {len(s['float_nodes'])}", ""]
+
+    lines = [
+        "## Quantization",
+        "",
+        f"- source of the int8 grids: {'calibration (' + str(s['calib_method']) + ', ' + str(s['calib_samples']) + ' samples)' if s['mode'] == 'calibrated' else 'the QDQ model'}",
+        f"- int8 kernels: {s['int8_nodes']}; Quantize/Dequantize boundaries: "
+        f"{s['quantize_nodes']}/{s['dequantize_nodes']}",
+        f"- ops left in float: {len(s['float_nodes'])}",
+        "",
+    ]
     if s["float_nodes"]:
         lines += ["| node | op | why float |", "|---|---|---|"]
         lines += [f"| {md_text(f['name'])} | {f['op']} | {md_text(f['reason'])} |" for f in s["float_nodes"]]
@@ -68,8 +75,8 @@ class Comparison:
     top1_agreement: float | None = None
     top1_float: float | None = None
     top1_int8: float | None = None
-    weights_bytes: tuple[int, int] = (0, 0)      # float, int8
-    arena_bytes: tuple[int, int] = (0, 0)        # float, int8
+    weights_bytes: tuple[int, int] = (0, 0)  # float, int8
+    arena_bytes: tuple[int, int] = (0, 0)  # float, int8
 
 
 def _snr_db(ref: np.ndarray, err: np.ndarray) -> float:
@@ -84,12 +91,18 @@ def _snr_db(ref: np.ndarray, err: np.ndarray) -> float:
 
 def _memory(graph: Graph) -> tuple[int, int]:
     from tinyc.codegen import generate
+
     gen = generate(graph.copy())
     return int(gen.report["weights_bytes"]), int(gen.report["arena_bytes"])
 
 
-def compare_float_int8(q: QuantizationResult, feeds: Callable[[int], dict[str, np.ndarray]], n: int,
-                       labels: np.ndarray | None = None, progress: bool = True) -> Comparison:
+def compare_float_int8(
+    q: QuantizationResult,
+    feeds: Callable[[int], dict[str, np.ndarray]],
+    n: int,
+    labels: np.ndarray | None = None,
+    progress: bool = True,
+) -> Comparison:
     """Float vs int8 (golden integer model) over `n` samples; see the module docstring."""
     from tqdm import tqdm
 
@@ -99,8 +112,11 @@ def compare_float_int8(q: QuantizationResult, feeds: Callable[[int], dict[str, n
 
     g8, gf = q.graph, q.float_graph
     producers = {o: node for node in g8.nodes for o in node.outputs}
-    pairs = [(f, i8) for f, i8 in q.lowering.int8_of.items()
-             if f in gf.tensors and i8 in g8.tensors and not gf.tensor(f).is_constant and i8 in producers]
+    pairs = [
+        (f, i8)
+        for f, i8 in q.lowering.int8_of.items()
+        if f in gf.tensors and i8 in g8.tensors and not gf.tensor(f).is_constant and i8 in producers
+    ]
     sig = {f: 0.0 for f, _ in pairs}
     err = {f: 0.0 for f, _ in pairs}
     emax = {f: 0.0 for f, _ in pairs}
@@ -148,20 +164,37 @@ def compare_float_int8(q: QuantizationResult, feeds: Callable[[int], dict[str, n
 
 def comparison_markdown(c: Comparison, summary: Mapping[str, Any], title: str) -> str:
     from tinyc.codegen.emitter import md_text  # node and output names are the model's text
-    pct = (lambda v: "n/a" if v is None else f"{100 * v:.2f}%")
-    lines = [f"# tinyc quantization report: {md_text(title)}", "",
-             f"Float graph vs int8 graph (tinyc's golden integer model, bit-exact with the generated C), "
-             f"over {c.samples} calibration samples.", "",
-             "| | float | int8 |", "|---|---:|---:|",
-             f"| weights (flash) | {c.weights_bytes[0]:,} B | {c.weights_bytes[1]:,} B |",
-             f"| arena (RAM) | {c.arena_bytes[0]:,} B | {c.arena_bytes[1]:,} B |",
-             f"| top-1 vs labels | {pct(c.top1_float)} | {pct(c.top1_int8)} |", "",
-             f"Top-1 agreement int8 vs float: {pct(c.top1_agreement)}", ""]
+
+    def pct(v):
+        return "n/a" if v is None else f"{100 * v:.2f}%"
+
+    lines = [
+        f"# tinyc quantization report: {md_text(title)}",
+        "",
+        f"Float graph vs int8 graph (tinyc's golden integer model, bit-exact with the generated C), "
+        f"over {c.samples} calibration samples.",
+        "",
+        "| | float | int8 |",
+        "|---|---:|---:|",
+        f"| weights (flash) | {c.weights_bytes[0]:,} B | {c.weights_bytes[1]:,} B |",
+        f"| arena (RAM) | {c.arena_bytes[0]:,} B | {c.arena_bytes[1]:,} B |",
+        f"| top-1 vs labels | {pct(c.top1_float)} | {pct(c.top1_int8)} |",
+        "",
+        f"Top-1 agreement int8 vs float: {pct(c.top1_agreement)}",
+        "",
+    ]
     lines += ["| output | SNR (dB) | max abs error |", "|---|---:|---:|"]
     lines += [f"| {md_text(k)} | {v['snr_db']:.1f} | {v['max_abs_error']:.4g} |" for k, v in c.outputs.items()]
-    lines += ["", "## Per layer (int8 output vs the float tensor it replaces)", "",
-              "| layer | op | SNR (dB) | max abs error | max abs float |", "|---|---|---:|---:|---:|"]
-    lines += [f"| {md_text(e.node)} | {e.op} | {e.snr_db:.1f} | {e.max_abs_error:.4g} | {e.max_abs_float:.4g} |"
-              for e in c.layers]
+    lines += [
+        "",
+        "## Per layer (int8 output vs the float tensor it replaces)",
+        "",
+        "| layer | op | SNR (dB) | max abs error | max abs float |",
+        "|---|---|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {md_text(e.node)} | {e.op} | {e.snr_db:.1f} | {e.max_abs_error:.4g} | {e.max_abs_float:.4g} |"
+        for e in c.layers
+    ]
     lines += ["", summary_markdown(summary)]
     return "\n".join(lines) + "\n"

@@ -5,6 +5,7 @@ scale (relative 1e-4, absolute 1e-4 * max(1, max |golden|)). NaN and infinities 
 (IEEE semantics, as onnxruntime): a NaN must meet a NaN and an infinity the same infinity, and the
 scale is taken over the finite golden values only, so one NaN in an output does not make the whole
 comparison NaN (and so "different")."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,8 +18,8 @@ RTOL = 1e-4
 @dataclass(frozen=True)
 class FloatComparison:
     ok: bool
-    max_abs_diff: float   # over the positions where both are finite; inf where NaN/inf positions differ
-    mismatches: int       # positions outside the tolerance, or with a NaN/inf the other side lacks
+    max_abs_diff: float  # over the positions where both are finite; inf where NaN/inf positions differ
+    mismatches: int  # positions outside the tolerance, or with a NaN/inf the other side lacks
 
 
 def compare_float(got: np.ndarray, want: np.ndarray) -> FloatComparison:

@@ -2,9 +2,10 @@
 
 Used as the oracle the C code is tested against, and to collect intermediate tensors.
 """
+
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

@@ -5,9 +5,11 @@ overrides replace it per layer. A target is a string: "host", or "mcu" followed 
 extensions of the board's core ("mcu+dsp", "mcu+dsp+mve"), so that defaults and search spaces
 only use instructions the core has.
 """
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from tinyc.errors import UsageError
 from tinyc.ir import Graph
@@ -73,9 +75,12 @@ def default_schedules(graph: Graph, target: str = "host") -> dict[str, dict[str,
     return result
 
 
-def apply_overrides(graph: Graph, schedules: dict[str, dict[str, Any]],
-                    overrides: Mapping[str, Mapping[str, Any]] | None,
-                    target: str = "host") -> dict[str, dict[str, Any]]:
+def apply_overrides(
+    graph: Graph,
+    schedules: dict[str, dict[str, Any]],
+    overrides: Mapping[str, Mapping[str, Any]] | None,
+    target: str = "host",
+) -> dict[str, dict[str, Any]]:
     """Merge per-layer overrides (keyed by tinyc node name or ONNX node name) over `schedules`,
     checking each knob value against the op's legal values so a bad override is a clear error."""
     if not overrides:

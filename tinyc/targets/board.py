@@ -7,6 +7,7 @@ only drives that build and reads back what the linker produced. Board facts come
 board dict (boards/<name>.toml, see tinyc.targets.boards), copied into the project as
 board.json so that a later build or flash needs nothing but the folder.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,7 +18,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -41,8 +43,10 @@ _EXC_FRAME_FP = 32 + 72
 # stub that branches to the reporter, which the call graph does not show).
 _HANDLER_ROOTS = ("SysTick_Handler", "tinyc_cm_fault_report")
 
-_APT_HINT = ("install the Arm cross compiler and its C library "
-             "(Debian/Ubuntu: apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi)")
+_APT_HINT = (
+    "install the Arm cross compiler and its C library "
+    "(Debian/Ubuntu: apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi)"
+)
 
 
 def _is_mcu(board: Mapping[str, Any]) -> bool:
@@ -61,10 +65,12 @@ def port_sources(board: Mapping[str, Any]) -> list[str]:
 
 def board_defines(board: Mapping[str, Any]) -> list[str]:
     """The -D definitions that tell the port about the board (see runtime_c/ports/cortex_m/tinyc_cm.h)."""
-    defs = [f'TINYC_BOARD_NAME="{board["name"]}"',
-            f"TINYC_CPU_HZ={board['cpu']['clock_hz']}u",
-            f"TINYC_UART_BASE=0x{board['uart']['base']:08x}u",
-            f"TINYC_UART_BAUD={board['uart']['baud']}u"]
+    defs = [
+        f'TINYC_BOARD_NAME="{board["name"]}"',
+        f"TINYC_CPU_HZ={board['cpu']['clock_hz']}u",
+        f"TINYC_UART_BASE=0x{board['uart']['base']:08x}u",
+        f"TINYC_UART_BAUD={board['uart']['baud']}u",
+    ]
     if board["uart"]["driver"] == "cmsdk":
         defs.append("TINYC_UART_CMSDK=1")
     if board["emulated"]:
@@ -97,6 +103,7 @@ def _header_number(files: Mapping[str, str], prefix: str, macro: str) -> int:
 
 def _jinja_env() -> Any:
     from tinyc.codegen.emitter import template_env
+
     env = template_env()
     return env
 
@@ -104,14 +111,20 @@ def _jinja_env() -> Any:
 def _board_flags(board: Mapping[str, Any], key: str) -> list[str]:
     """`[toolchain] key` as its words (see tinyc.targets.boards.split_flags)."""
     from tinyc.targets.boards import split_flags
+
     try:
         return split_flags(board["toolchain"][key])
     except ValueError as exc:
         raise UsageError(f"board '{board.get('name')}': [toolchain] {key} {exc}") from None
 
 
-def write_board_project(out_dir: Path, files: Mapping[str, str], manifest: dict[str, Any], board: dict[str, Any],
-                        main_source: str | None = None) -> None:
+def write_board_project(
+    out_dir: Path,
+    files: Mapping[str, str],
+    manifest: dict[str, Any],
+    board: dict[str, Any],
+    main_source: str | None = None,
+) -> None:
     """Write the firmware project for `board` into `out_dir`: model sources, runtime, the port files
     the board needs, link.ld, toolchain.cmake, CMakeLists.txt, main.c, board.json and tinyc.json.
 
@@ -133,27 +146,44 @@ def write_board_project(out_dir: Path, files: Mapping[str, str], manifest: dict[
 
     prefix = manifest["prefix"]
     mhash = model_hash(files)
-    render = dict(manifest["render"], version=__version__, model_hash=mhash, board=board["name"],
-                  counter_kind=board["cycle_counter"]["kind"],
-                  arena_bytes=_header_number(files, prefix, "ARENA_BYTES"),
-                  nlayers=_header_number(files, prefix, "NUM_LAYERS"))
+    render = dict(
+        manifest["render"],
+        version=__version__,
+        model_hash=mhash,
+        board=board["name"],
+        counter_kind=board["cycle_counter"]["kind"],
+        arena_bytes=_header_number(files, prefix, "ARENA_BYTES"),
+        nlayers=_header_number(files, prefix, "NUM_LAYERS"),
+    )
     env = _jinja_env()
     if main_source is None:
         if not (templates_dir() / HARNESS_TEMPLATE).is_file():
-            raise UsageError(f"the firmware harness template templates/{HARNESS_TEMPLATE} is missing "
-                             "(broken installation?)")
+            raise UsageError(
+                f"the firmware harness template templates/{HARNESS_TEMPLATE} is missing (broken installation?)"
+            )
         main_source = env.get_template(HARNESS_TEMPLATE).render(**render)
     _write_if_changed(out_dir / "main.c", main_source)
 
     tool = board["toolchain"]["prefix"]
-    ctx = dict(render, board=board, memory=board["memory"], prefix_tool=tool,
-               cflags=board["toolchain"]["cflags"], ldflags=board["toolchain"]["ldflags"],
-               cflags_list=_board_flags(board, "cflags"), ldflags_list=_board_flags(board, "ldflags"),
-               model_sources=sorted(n for n in files if n.endswith(".c")),
-               runtime_sources=[f"runtime/src/{f.name}" for f in sorted((runtime_dir() / "src").glob("*.c"))],
-               port_sources=[f"runtime/port/{n}" for n in ports], defines=board_defines(board))
-    for name, template in (("link.ld", "link.ld.j2"), ("toolchain.cmake", "toolchain.cmake.j2"),
-                           ("CMakeLists.txt", "CMakeLists.txt.j2")):
+    ctx = dict(
+        render,
+        board=board,
+        memory=board["memory"],
+        prefix_tool=tool,
+        cflags=board["toolchain"]["cflags"],
+        ldflags=board["toolchain"]["ldflags"],
+        cflags_list=_board_flags(board, "cflags"),
+        ldflags_list=_board_flags(board, "ldflags"),
+        model_sources=sorted(n for n in files if n.endswith(".c")),
+        runtime_sources=[f"runtime/src/{f.name}" for f in sorted((runtime_dir() / "src").glob("*.c"))],
+        port_sources=[f"runtime/port/{n}" for n in ports],
+        defines=board_defines(board),
+    )
+    for name, template in (
+        ("link.ld", "link.ld.j2"),
+        ("toolchain.cmake", "toolchain.cmake.j2"),
+        ("CMakeLists.txt", "CMakeLists.txt.j2"),
+    ):
         _write_if_changed(out_dir / name, env.get_template(f"project/board/{template}").render(**ctx))
     _write_if_changed(out_dir / BOARD_JSON, json.dumps(board, indent=2) + "\n")
     public = {k: v for k, v in manifest.items() if k != "render"}
@@ -165,8 +195,7 @@ def load_project_board(out_dir: Path) -> dict[str, Any]:
     """The board a firmware project was written for (its board.json)."""
     path = Path(out_dir) / BOARD_JSON
     if not path.is_file():
-        raise UsageError(f"{out_dir} is not a tinyc firmware project (no {BOARD_JSON}); "
-                         "compile for a board first")
+        raise UsageError(f"{out_dir} is not a tinyc firmware project (no {BOARD_JSON}); compile for a board first")
     return json.loads(path.read_text())
 
 
@@ -178,18 +207,19 @@ def _io_bytes(manifest: Mapping[str, Any]) -> int:
     return total
 
 
-def _fit_message(what: str, board: Mapping[str, Any], flash: tuple[int, str] | None,
-                 ram: tuple[int, str] | None) -> str:
+def _fit_message(
+    what: str, board: Mapping[str, Any], flash: tuple[int, str] | None, ram: tuple[int, str] | None
+) -> str:
     mem = board["memory"]
     parts = []
     if flash is not None:
         need, detail = flash
-        parts.append(f"flash needs {need} bytes{detail}, {mem['flash_size']} available "
-                     f"({need - mem['flash_size']} over)")
+        parts.append(
+            f"flash needs {need} bytes{detail}, {mem['flash_size']} available ({need - mem['flash_size']} over)"
+        )
     if ram is not None:
         need, detail = ram
-        parts.append(f"RAM needs {need} bytes{detail}, {mem['ram_size']} available "
-                     f"({need - mem['ram_size']} over)")
+        parts.append(f"RAM needs {need} bytes{detail}, {mem['ram_size']} available ({need - mem['ram_size']} over)")
     return f"{what} does not fit board '{board['name']}': " + "; ".join(parts)
 
 
@@ -203,16 +233,22 @@ def check_fit(report: Mapping[str, Any], manifest: Mapping[str, Any], board: Map
     io = _io_bytes(manifest)
     ram_need = arena + io + mem["stack_size"]
     flash = (weights, " at least (weights)") if weights > mem["flash_size"] else None
-    ram = (ram_need, f" at least (arena {arena} + inputs/outputs {io} + stack {mem['stack_size']})") \
-        if ram_need > mem["ram_size"] else None
+    ram = (
+        (ram_need, f" at least (arena {arena} + inputs/outputs {io} + stack {mem['stack_size']})")
+        if ram_need > mem["ram_size"]
+        else None
+    )
     if flash or ram:
         raise BuildError(_fit_message(f"model '{manifest.get('model', manifest.get('prefix'))}'", board, flash, ram))
 
 
 def _source_digest(out_dir: Path) -> str:
     h = hashlib.sha256()
-    paths = sorted(list(out_dir.glob("*.[ch]")) + list(out_dir.glob("runtime/*/*")) +
-                   [out_dir / n for n in ("CMakeLists.txt", "toolchain.cmake", "link.ld", BOARD_JSON)])
+    paths = sorted(
+        list(out_dir.glob("*.[ch]"))
+        + list(out_dir.glob("runtime/*/*"))
+        + [out_dir / n for n in ("CMakeLists.txt", "toolchain.cmake", "link.ld", BOARD_JSON)]
+    )
     for f in paths:
         if f.is_file():
             h.update(str(f.relative_to(out_dir)).encode())
@@ -247,8 +283,10 @@ def _link_failure(text: str, board: Mapping[str, Any], what: str) -> BuildError 
     ram = None
     if "RAM" in over or "STACK" in over:
         # the RAM region is ram_size minus the stack; the stack has its own region at the top
-        ram = (mem["ram_size"] + over.get("RAM", 0) + over.get("STACK", 0),
-               f" (.data + .bss + stack {mem['stack_size']})")
+        ram = (
+            mem["ram_size"] + over.get("RAM", 0) + over.get("STACK", 0),
+            f" (.data + .bss + stack {mem['stack_size']})",
+        )
     return BuildError(_fit_message(what, board, flash, ram))
 
 
@@ -366,8 +404,7 @@ def _largest_frame(build_dir: Path) -> tuple[int, list[str]]:
             parts = line.split("\t")
             if len(parts) >= 2 and parts[1].isdigit() and int(parts[1]) > largest:
                 largest, where = int(parts[1]), parts[0].rsplit(":", 1)[-1]
-    return largest, [f"no call graph (-fcallgraph-info needs gcc 10+): largest single frame ({where}), "
-                     "a lower bound"]
+    return largest, [f"no call graph (-fcallgraph-info needs gcc 10+): largest single frame ({where}), a lower bound"]
 
 
 def _stack_message(what: str, board: Mapping[str, Any], stack: int, sizes: Mapping[str, int]) -> str:
@@ -376,16 +413,22 @@ def _stack_message(what: str, board: Mapping[str, Any], stack: int, sizes: Mappi
     need = -(-stack // 16) * 16
     # RAM holds .data + .bss (which include the reserved stack) and what is left over
     free = mem["ram_size"] - (sizes["data"] + sizes["bss"])
-    remedy = (f"raise [memory] stack_size to at least {need} (0x{need:x}) in the board file"
-              + (f" ({free} bytes of RAM are still free)" if free >= need - mem["stack_size"] else
-                 f", though only {max(free, 0)} bytes of RAM are free: the model's arena and buffers must "
-                 "shrink too (int8 quantization, or a board with more RAM)"))
-    return (f"{what} needs an estimated {stack} bytes of stack on board '{board['name']}' (the deepest call "
-            f"chain plus an exception frame), but [memory] stack_size reserves {mem['stack_size']} "
-            f"({stack - mem['stack_size']} short): {remedy}")
+    remedy = f"raise [memory] stack_size to at least {need} (0x{need:x}) in the board file" + (
+        f" ({free} bytes of RAM are still free)"
+        if free >= need - mem["stack_size"]
+        else f", though only {max(free, 0)} bytes of RAM are free: the model's arena and buffers must "
+        "shrink too (int8 quantization, or a board with more RAM)"
+    )
+    return (
+        f"{what} needs an estimated {stack} bytes of stack on board '{board['name']}' (the deepest call "
+        f"chain plus an exception frame), but [memory] stack_size reserves {mem['stack_size']} "
+        f"({stack - mem['stack_size']} short): {remedy}"
+    )
 
 
-def build_board_project(out_dir: str | os.PathLike, force: bool = False, progress: bool | None = None) -> dict[str, Any]:
+def build_board_project(
+    out_dir: str | os.PathLike, force: bool = False, progress: bool | None = None
+) -> dict[str, Any]:
     """Configure and build the firmware with CMake and the board's cross compiler (skipped when
     the sources are unchanged since the last build), then measure it.
 
@@ -406,20 +449,29 @@ def build_board_project(out_dir: str | os.PathLike, force: bool = False, progres
     elf = build_dir / f"{prefix}.elf"
     stamp, result_path = build_dir / _STAMP, build_dir / _RESULT
     digest = _source_digest(out)
-    if (not force and elf.exists() and stamp.exists() and result_path.exists()
-            and stamp.read_text() == digest):
+    if not force and elf.exists() and stamp.exists() and result_path.exists() and stamp.read_text() == digest:
         return json.loads(result_path.read_text())
     _, size_tool = _check_tools(board)
     board_stamp = build_dir / ".tinyc-board"
     if (build_dir / "CMakeCache.txt").exists() and (
-            not board_stamp.exists() or board_stamp.read_text() != board["name"]):
+        not board_stamp.exists() or board_stamp.read_text() != board["name"]
+    ):
         shutil.rmtree(build_dir)  # configured for another board (or the host): another compiler
     build_dir.mkdir(parents=True, exist_ok=True)
     board_stamp.write_text(board["name"])
     show = sys.stderr.isatty() if progress is None else progress
-    cmds = [["cmake", "-S", str(out), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
-             f"-DCMAKE_TOOLCHAIN_FILE={(out / 'toolchain.cmake').resolve()}"],
-            ["cmake", "--build", str(build_dir), "-j", str(max(1, os.cpu_count() or 1))]]
+    cmds = [
+        [
+            "cmake",
+            "-S",
+            str(out),
+            "-B",
+            str(build_dir),
+            "-DCMAKE_BUILD_TYPE=Release",
+            f"-DCMAKE_TOOLCHAIN_FILE={(out / 'toolchain.cmake').resolve()}",
+        ],
+        ["cmake", "--build", str(build_dir), "-j", str(max(1, os.cpu_count() or 1))],
+    ]
     log = ""
     for step, cmd in zip(("configuring", "building"), cmds):
         if show:
@@ -429,16 +481,25 @@ def build_board_project(out_dir: str | os.PathLike, force: bool = False, progres
     fpu = board["cpu"]["fpu"] != "none" or bool(board["cpu"]["mve"])
     stack, notes = stack_usage(build_dir, fpu)
     warnings = sorted({line.strip() for line in log.splitlines() if "warning:" in line})
-    result = {"board": board["name"], "flash_bytes": sizes["text"] + sizes["data"],
-              "ram_bytes": sizes["data"] + sizes["bss"], "stack_bytes": stack,
-              "flash_size": board["memory"]["flash_size"], "ram_size": board["memory"]["ram_size"],
-              "stack_size": board["memory"]["stack_size"], "elf": str(elf), **sizes,
-              "stack_notes": notes, "warnings": warnings}
+    result = {
+        "board": board["name"],
+        "flash_bytes": sizes["text"] + sizes["data"],
+        "ram_bytes": sizes["data"] + sizes["bss"],
+        "stack_bytes": stack,
+        "flash_size": board["memory"]["flash_size"],
+        "ram_size": board["memory"]["ram_size"],
+        "stack_size": board["memory"]["stack_size"],
+        "elf": str(elf),
+        **sizes,
+        "stack_notes": notes,
+        "warnings": warnings,
+    }
     if stack > board["memory"]["stack_size"]:
         raise BuildError(_stack_message(what, board, stack, sizes))
     report.update({k: result[k] for k in ("board", "flash_bytes", "ram_bytes", "stack_bytes")})
-    report["firmware"] = {k: v for k, v in result.items() if k not in ("board", "flash_bytes", "ram_bytes",
-                                                                       "stack_bytes")}
+    report["firmware"] = {
+        k: v for k, v in result.items() if k not in ("board", "flash_bytes", "ram_bytes", "stack_bytes")
+    }
     report_path.write_text(json.dumps(report, indent=2) + "\n")
     result_path.write_text(json.dumps(result, indent=2) + "\n")
     stamp.write_text(digest)

@@ -7,6 +7,7 @@ file completely before anyone uses it: a typo in a board file must fail here, na
 and the field, not as a confusing linker or QEMU error later. boards/README.md documents the
 schema that the tables below enforce.
 """
+
 from __future__ import annotations
 
 import re
@@ -14,7 +15,7 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Tuple
+from typing import Any
 
 from tinyc.codegen.emitter import cmake_quote  # noqa: F401  (re-exported: board templates quote flags with it)
 from tinyc.errors import UsageError
@@ -70,7 +71,7 @@ ADDRESS_SPACE = 1 << 32
 _U32_MAX = ADDRESS_SPACE - 1
 
 # (section or "" for the top level, key) -> (type, allowed values or None)
-_Spec = Tuple[type, Optional[Tuple[str, ...]]]
+_Spec = tuple[type, tuple[str, ...] | None]
 _HOST_FIELDS: dict[tuple[str, str], _Spec] = {
     ("", "name"): (str, None),
     ("", "description"): (str, None),
@@ -110,10 +111,7 @@ _EMULATOR_FIELDS: dict[tuple[str, str], _Spec] = {
     ("emulator", "machine"): (str, None),
     ("emulator", "icount_shift"): (int, None),
 }
-_OPTIONAL_FIELDS: dict[tuple[str, str], _Spec] = {
-    ("", "notes"): (str, None),
-    ("flasher", "target"): (str, None),
-}
+_OPTIONAL_FIELDS: dict[tuple[str, str], _Spec] = {("", "notes"): (str, None), ("flasher", "target"): (str, None)}
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", list: "a list"}
 
 # Characters a compiler flag cannot carry safely into every generated build file: ';' separates
@@ -138,10 +136,11 @@ def split_flags(text: str) -> list[str]:
         bad = _UNSAFE_IN_FLAG.search(word)
         if bad:
             what = "'$<' (a CMake generator expression)" if bad.group() == "$<" else repr(bad.group())
-            raise ValueError(f"flag {word!r} contains {what}, which cannot be passed through CMake; "
-                             "remove it (put several definitions in separate flags)")
+            raise ValueError(
+                f"flag {word!r} contains {what}, which cannot be passed through CMake; "
+                "remove it (put several definitions in separate flags)"
+            )
     return words
-
 
 
 def _search_dirs(board_dir: str | Path | None) -> list[Path]:
@@ -173,9 +172,11 @@ def load_board_file(path: str | Path) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise UsageError(f"board file {path} is not UTF-8 text: byte 0x{raw[exc.start]:02x} on line {line} "
-                         "(TOML files must be UTF-8)") from None
+        line = raw[: exc.start].count(b"\n") + 1
+        raise UsageError(
+            f"board file {path} is not UTF-8 text: byte 0x{raw[exc.start]:02x} on line {line} "
+            "(TOML files must be UTF-8)"
+        ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -213,7 +214,7 @@ def validate_board(board: dict[str, Any], source: str | Path = "<board>") -> Non
         _check_value(table[key], spec, source, section, key)
     optional = dict(_OPTIONAL_FIELDS)
     if kind != "host":
-        optional.update(_EMULATOR_FIELDS)   # a real board may keep an [emulator] table: still typed
+        optional.update(_EMULATOR_FIELDS)  # a real board may keep an [emulator] table: still typed
     for (section, key), spec in optional.items():
         table = board if not section else board.get(section, {})
         if not isinstance(table, dict):
@@ -222,8 +223,10 @@ def validate_board(board: dict[str, Any], source: str | Path = "<board>") -> Non
             _check_value(table[key], spec, source, section, key)
     _check_unknown(board, {**fields, **optional}, source)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", board["name"]):
-        raise UsageError(f"board file {source}: name {board['name']!r} may only use letters, digits, '.', '_' "
-                         "and '-' (it becomes a C string and a file name)")
+        raise UsageError(
+            f"board file {source}: name {board['name']!r} may only use letters, digits, '.', '_' "
+            "and '-' (it becomes a C string and a file name)"
+        )
     _check_flags(board, source, ("cflags",) if kind == "host" else ("cflags", "ldflags"))
     if kind != "host":
         _check_mcu(board, source)
@@ -237,8 +240,9 @@ def _check_unknown(board: dict[str, Any], fields: dict[tuple[str, str], _Spec], 
             known = sorted(k for s, k in fields if s == key)
             for sub in value:
                 if sub not in known:
-                    raise UsageError(f"board file {source}: unknown key [{key}] {sub} "
-                                     f"(known in [{key}]: {', '.join(known)})")
+                    raise UsageError(
+                        f"board file {source}: unknown key [{key}] {sub} (known in [{key}]: {', '.join(known)})"
+                    )
         elif (("", key) not in fields) and key not in sections:
             known = sorted([k for s, k in fields if not s] + [f"[{s}]" for s in sections])
             raise UsageError(f"board file {source}: unknown key {key} (known: {', '.join(known)})")
@@ -249,11 +253,11 @@ def _check_value(value: Any, spec: _Spec, source: str | Path, section: str, key:
     # bool is an int in Python: `clock_hz = true` must not pass as 1
     ok = isinstance(value, typ) and (typ is bool or not isinstance(value, bool))
     if not ok:
-        raise UsageError(f"board file {source}: {_where(section, key)} must be {_TYPE_NAMES[typ]}, "
-                         f"got {_short(value)}")
+        raise UsageError(f"board file {source}: {_where(section, key)} must be {_TYPE_NAMES[typ]}, got {_short(value)}")
     if allowed is not None and value not in allowed:
-        raise UsageError(f"board file {source}: {_where(section, key)} is {_short(value)}; "
-                         f"expected one of {', '.join(allowed)}")
+        raise UsageError(
+            f"board file {source}: {_where(section, key)} is {_short(value)}; expected one of {', '.join(allowed)}"
+        )
 
 
 def _short(value: Any) -> str:
@@ -274,7 +278,7 @@ def _flag_values(words: list[str], option: str) -> list[str]:
     out = []
     for i, w in enumerate(words):
         if w.startswith(option + "="):
-            out.append(w[len(option) + 1:])
+            out.append(w[len(option) + 1 :])
         elif w == option and i + 1 < len(words):
             out.append(words[i + 1])
     return out
@@ -287,19 +291,25 @@ def _check_mcu(board: dict[str, Any], source: str | Path) -> None:
     core_name = cpu["core"]
     core = CORES[core_name]
     if cpu["fpu"] not in core.fpus:
-        raise UsageError(f"{err} [cpu] fpu {cpu['fpu']!r} does not exist on a {core_name}; "
-                         f"expected one of {', '.join(core.fpus)}")
+        raise UsageError(
+            f"{err} [cpu] fpu {cpu['fpu']!r} does not exist on a {core_name}; expected one of {', '.join(core.fpus)}"
+        )
     if cpu["fpu"] == "none" and cpu["float_abi"] != "soft":
-        raise UsageError(f"{err} [cpu] float_abi {cpu['float_abi']!r} needs an FPU, but [cpu] fpu is 'none'; "
-                         "use float_abi = \"soft\"")
+        raise UsageError(
+            f"{err} [cpu] float_abi {cpu['float_abi']!r} needs an FPU, but [cpu] fpu is 'none'; "
+            'use float_abi = "soft"'
+        )
     if cpu["dsp"] and not core.dsp:
         raise UsageError(f"{err} [cpu] dsp = true, but a {core_name} ({core.arch}) has no DSP extension")
     if cpu["mve"] and not core.mve:
-        raise UsageError(f"{err} [cpu] mve = true, but a {core_name} has no Helium (MVE); "
-                         "only cortex-m55 and cortex-m85 do")
+        raise UsageError(
+            f"{err} [cpu] mve = true, but a {core_name} has no Helium (MVE); only cortex-m55 and cortex-m85 do"
+        )
     if cpu["mve"] and cpu["float_abi"] == "soft":
-        raise UsageError(f"{err} [cpu] mve = true needs float_abi 'softfp' or 'hard' (MVE uses the FP "
-                         "registers, which -mfloat-abi=soft turns off)")
+        raise UsageError(
+            f"{err} [cpu] mve = true needs float_abi 'softfp' or 'hard' (MVE uses the FP "
+            "registers, which -mfloat-abi=soft turns off)"
+        )
     if not 0 < cpu["clock_hz"] <= _U32_MAX:
         raise UsageError(f"{err} [cpu] clock_hz must be in 1..{_U32_MAX} (Hz), got {cpu['clock_hz']}")
 
@@ -321,14 +331,19 @@ def _check_mcu(board: dict[str, Any], source: str | Path) -> None:
     abis = _flag_values(words, "-mfloat-abi")
     for abi in abis:
         if abi != cpu["float_abi"]:
-            raise UsageError(f"{err} [toolchain] cflags say -mfloat-abi={abi}, but [cpu] float_abi is "
-                             f"{cpu['float_abi']!r}")
+            raise UsageError(
+                f"{err} [toolchain] cflags say -mfloat-abi={abi}, but [cpu] float_abi is {cpu['float_abi']!r}"
+            )
     if not abis and cpu["float_abi"] != "soft":
-        raise UsageError(f"{err} [cpu] float_abi is {cpu['float_abi']!r} but [toolchain] cflags lack "
-                         f"-mfloat-abi={cpu['float_abi']} (the compiler's default is soft)")
+        raise UsageError(
+            f"{err} [cpu] float_abi is {cpu['float_abi']!r} but [toolchain] cflags lack "
+            f"-mfloat-abi={cpu['float_abi']} (the compiler's default is soft)"
+        )
     if not _PREFIX.fullmatch(board["toolchain"]["prefix"]):
-        raise UsageError(f"{err} [toolchain] prefix {_short(board['toolchain']['prefix'])} may only use "
-                         "letters, digits and _ . / + ~ - (a path without spaces or quotes)")
+        raise UsageError(
+            f"{err} [toolchain] prefix {_short(board['toolchain']['prefix'])} may only use "
+            "letters, digits and _ . / + ~ - (a path without spaces or quotes)"
+        )
 
     mem = board["memory"]
     for key in ("flash_origin", "ram_origin"):
@@ -340,26 +355,37 @@ def _check_mcu(board: dict[str, Any], source: str | Path) -> None:
     for region in ("flash", "ram"):
         origin, size = mem[f"{region}_origin"], mem[f"{region}_size"]
         if origin + size > ADDRESS_SPACE:
-            raise UsageError(f"{err} [memory] {region}_origin 0x{origin:x} + {region}_size 0x{size:x} ends at "
-                             f"0x{origin + size:x}, beyond the 32-bit address space (0xffffffff)")
+            raise UsageError(
+                f"{err} [memory] {region}_origin 0x{origin:x} + {region}_size 0x{size:x} ends at "
+                f"0x{origin + size:x}, beyond the 32-bit address space (0xffffffff)"
+            )
     f0, f1 = mem["flash_origin"], mem["flash_origin"] + mem["flash_size"]
     r0, r1 = mem["ram_origin"], mem["ram_origin"] + mem["ram_size"]
     if f0 < r1 and r0 < f1:
-        raise UsageError(f"{err} [memory] flash 0x{f0:08x}..0x{f1 - 1:08x} and RAM 0x{r0:08x}..0x{r1 - 1:08x} "
-                         f"overlap (0x{max(f0, r0):08x}..0x{min(f1, r1) - 1:08x})")
+        raise UsageError(
+            f"{err} [memory] flash 0x{f0:08x}..0x{f1 - 1:08x} and RAM 0x{r0:08x}..0x{r1 - 1:08x} "
+            f"overlap (0x{max(f0, r0):08x}..0x{min(f1, r1) - 1:08x})"
+        )
     if mem["flash_origin"] % 128:
-        raise UsageError(f"{err} [memory] flash_origin must be a multiple of 128 (the vector table at the start "
-                         f"of flash must be aligned for VTOR), got 0x{mem['flash_origin']:x}")
+        raise UsageError(
+            f"{err} [memory] flash_origin must be a multiple of 128 (the vector table at the start "
+            f"of flash must be aligned for VTOR), got 0x{mem['flash_origin']:x}"
+        )
     for key in ("ram_origin", "ram_size"):
         if mem[key] % 16:
-            raise UsageError(f"{err} [memory] {key} must be a multiple of 16 (the stack at the top of RAM is "
-                             f"16-byte aligned), got 0x{mem[key]:x}")
+            raise UsageError(
+                f"{err} [memory] {key} must be a multiple of 16 (the stack at the top of RAM is "
+                f"16-byte aligned), got 0x{mem[key]:x}"
+            )
     if mem["stack_size"] % 16:
-        raise UsageError(f"{err} [memory] stack_size must be a multiple of 16 "
-                         f"(the stack is 16-byte aligned), got {mem['stack_size']}")
+        raise UsageError(
+            f"{err} [memory] stack_size must be a multiple of 16 "
+            f"(the stack is 16-byte aligned), got {mem['stack_size']}"
+        )
     if mem["stack_size"] >= mem["ram_size"]:
-        raise UsageError(f"{err} [memory] stack_size ({mem['stack_size']}) leaves no RAM "
-                         f"of ram_size ({mem['ram_size']})")
+        raise UsageError(
+            f"{err} [memory] stack_size ({mem['stack_size']}) leaves no RAM of ram_size ({mem['ram_size']})"
+        )
 
     uart = board["uart"]
     if not 0 <= uart["base"] <= _U32_MAX or uart["base"] % 4:
@@ -369,22 +395,26 @@ def _check_mcu(board: dict[str, Any], source: str | Path) -> None:
     if not 0 < uart["baud"] <= _U32_MAX:
         raise UsageError(f"{err} [uart] baud must be positive, got {uart['baud']}")
     if uart["driver"] == "cmsdk" and cpu["clock_hz"] // uart["baud"] < 16:
-        raise UsageError(f"{err} [uart] baud {uart['baud']} is too fast for the CMSDK UART at clock_hz "
-                         f"{cpu['clock_hz']} (the divisor clock_hz / baud must be at least 16)")
+        raise UsageError(
+            f"{err} [uart] baud {uart['baud']} is too fast for the CMSDK UART at clock_hz "
+            f"{cpu['clock_hz']} (the divisor clock_hz / baud must be at least 16)"
+        )
 
     if not all(isinstance(a, str) for a in board["flasher"]["args"]):
         raise UsageError(f"{err} [flasher] args must be a list of strings")
     if board["cycle_counter"]["kind"] == "dwt" and not core.dwt:
-        raise UsageError(f"{err} [cycle_counter] kind 'dwt' but a {core_name} has no DWT cycle counter; "
-                         "use 'systick'")
+        raise UsageError(f"{err} [cycle_counter] kind 'dwt' but a {core_name} has no DWT cycle counter; use 'systick'")
     if board.get("emulated") and board["flasher"]["tool"] != "qemu":
-        raise UsageError(f"{err} emulated board with [flasher] tool "
-                         f"{board['flasher']['tool']!r}; emulated boards use 'qemu'")
+        raise UsageError(
+            f"{err} emulated board with [flasher] tool {board['flasher']['tool']!r}; emulated boards use 'qemu'"
+        )
     if board["emulated"] and board["emulator"]["icount_shift"] not in range(0, 11):
         raise UsageError(f"{err} [emulator] icount_shift must be 0..10")
     if board["emulated"] and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", board["emulator"]["machine"]):
-        raise UsageError(f"{err} [emulator] machine {_short(board['emulator']['machine'])} is not a QEMU machine "
-                         "name (qemu-system-arm -M help lists them)")
+        raise UsageError(
+            f"{err} [emulator] machine {_short(board['emulator']['machine'])} is not a QEMU machine "
+            "name (qemu-system-arm -M help lists them)"
+        )
 
 
 def board_names(board_dir: str | Path | None = None) -> list[str]:
@@ -403,15 +433,37 @@ def list_boards(board_dir: str | Path | None = None) -> list[dict[str, Any]]:
     for name in board_names(board_dir):
         b = load_board(name, board_dir)
         if b.get("kind") == "host":
-            rows.append({"name": b["name"], "description": b["description"], "kind": "host",
-                         "cpu": "host", "fpu": None, "mve": None, "flash_bytes": None, "ram_bytes": None,
-                         "clock_hz": None, "flasher": None, "emulated": False})
+            rows.append(
+                {
+                    "name": b["name"],
+                    "description": b["description"],
+                    "kind": "host",
+                    "cpu": "host",
+                    "fpu": None,
+                    "mve": None,
+                    "flash_bytes": None,
+                    "ram_bytes": None,
+                    "clock_hz": None,
+                    "flasher": None,
+                    "emulated": False,
+                }
+            )
             continue
-        rows.append({"name": b["name"], "description": b["description"], "kind": b["kind"],
-                     "cpu": b["cpu"]["core"], "fpu": b["cpu"]["fpu"], "mve": b["cpu"]["mve"],
-                     "flash_bytes": b["memory"]["flash_size"], "ram_bytes": b["memory"]["ram_size"],
-                     "clock_hz": b["cpu"]["clock_hz"], "flasher": b["flasher"]["tool"],
-                     "emulated": b["emulated"]})
+        rows.append(
+            {
+                "name": b["name"],
+                "description": b["description"],
+                "kind": b["kind"],
+                "cpu": b["cpu"]["core"],
+                "fpu": b["cpu"]["fpu"],
+                "mve": b["cpu"]["mve"],
+                "flash_bytes": b["memory"]["flash_size"],
+                "ram_bytes": b["memory"]["ram_size"],
+                "clock_hz": b["cpu"]["clock_hz"],
+                "flasher": b["flasher"]["tool"],
+                "emulated": b["emulated"],
+            }
+        )
     return rows
 
 
@@ -424,7 +476,16 @@ def boards_table(board_dir: str | Path | None = None) -> str:
             lines.append((r["name"], "this computer", "-", "-", "-", "-", "-"))
             continue
         cpu = r["cpu"] + ("+MVE" if r["mve"] else "") + ("" if r["fpu"] == "none" else f" ({r['fpu']})")
-        lines.append((r["name"], cpu, _kib(r["flash_bytes"]), _kib(r["ram_bytes"]),
-                      f"{r['clock_hz'] / 1e6:g} MHz", r["flasher"], "yes (QEMU)" if r["emulated"] else "no"))
+        lines.append(
+            (
+                r["name"],
+                cpu,
+                _kib(r["flash_bytes"]),
+                _kib(r["ram_bytes"]),
+                f"{r['clock_hz'] / 1e6:g} MHz",
+                r["flasher"],
+                "yes (QEMU)" if r["emulated"] else "no",
+            )
+        )
     widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in lines) + "\n"

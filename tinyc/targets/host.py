@@ -2,6 +2,7 @@
 
 A sanitizer build (--cflags "-fsanitize=address,undefined") cannot be loaded into Python, so it
 runs through the CLI runner on raw .bin files instead (`load_model`, `ExecutableModel`)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -12,22 +13,28 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 
 from tinyc import __version__
 from tinyc.errors import BuildError, RunError
-from tinyc.quantize.feeds import (batch_size, prepare_feeds, resolve_input_names, sample,  # noqa: F401
-                                  stack_outputs, to_model_input)  # (re-exported: their home is feeds)
+from tinyc.quantize.feeds import (
+    prepare_feeds,
+    sample,  # noqa: F401
+    stack_outputs,
+    to_model_input,
+)  # (re-exported: their home is feeds)
 from tinyc.resources import runtime_dir
-
 
 
 def default_cflags() -> str:
     """The host board's flags (boards/host.toml), so one place says how host code is built."""
     from tinyc.targets.boards import load_board
+
     return str(load_board("host").get("toolchain", {}).get("cflags", "-O3"))
+
 
 MANIFEST = "tinyc.json"
 
@@ -48,6 +55,7 @@ def write_sources(out_dir: Path, files: Mapping[str, str]) -> Path:
 
 def write_project(out_dir: Path, files: Mapping[str, str], manifest: dict[str, Any], cflags: str) -> None:
     from tinyc.codegen.emitter import template_env
+
     write_sources(out_dir, files)
     env = template_env()
     ctx = dict(manifest["render"], version=__version__, cflags=cflags)
@@ -88,8 +96,10 @@ def build(out_dir: str | os.PathLike, force: bool = False, quiet: bool = True) -
     if shutil.which("cmake") is None:
         raise BuildError("cmake is not installed (apt-get install cmake, or pip install cmake)")
     build_dir = out / "build"
-    cmds = [["cmake", "-S", str(out), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release"],
-            ["cmake", "--build", str(build_dir), "-j", str(max(1, os.cpu_count() or 1))]]
+    cmds = [
+        ["cmake", "-S", str(out), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release"],
+        ["cmake", "--build", str(build_dir), "-j", str(max(1, os.cpu_count() or 1))],
+    ]
     for cmd in cmds:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -144,6 +154,7 @@ def run_batch(out_dir: str | os.PathLike, inputs: Mapping[str, np.ndarray]) -> d
     model = load_model(out, manifest)
     results: dict[str, list[np.ndarray]] = {o["name"]: [] for o in manifest["outputs"]}
     from tqdm import tqdm
+
     n = feeds.n
     for k in tqdm(range(n), desc="inferences", unit="inf", leave=False, disable=n < 200 or not sys.stderr.isatty()):
         for name, value in model(feeds.raw(k)).items():
@@ -152,8 +163,14 @@ def run_batch(out_dir: str | os.PathLike, inputs: Mapping[str, np.ndarray]) -> d
 
 
 #: Symbols only a sanitizer-instrumented object references (gcc and clang alike).
-_SANITIZER_MARKS = (b"__asan_init", b"__asan_report", b"__ubsan_handle_", b"__tsan_init", b"__msan_init",
-                    b"__hwasan_init")
+_SANITIZER_MARKS = (
+    b"__asan_init",
+    b"__asan_report",
+    b"__ubsan_handle_",
+    b"__tsan_init",
+    b"__msan_init",
+    b"__hwasan_init",
+)
 
 
 def is_sanitized(lib_path: Path) -> bool:
@@ -185,13 +202,17 @@ class ExecutableModel:
 
     #: Defaults where the user set none: UB stops the run (it is what the build is for), reports
     #: carry a stack trace.
-    SANITIZER_ENV = {"UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
-                     "ASAN_OPTIONS": "abort_on_error=0:halt_on_error=1"}
+    SANITIZER_ENV = {
+        "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
+        "ASAN_OPTIONS": "abort_on_error=0:halt_on_error=1",
+    }
 
     def __init__(self, exe: Path, manifest: dict[str, Any], timeout: float = 600.0) -> None:
         if not Path(exe).is_file():
-            raise RunError(f"{exe} was not built: the sanitizer build runs through it (rebuild with `tinyc build "
-                           f"{Path(exe).parent.parent} --force`)")
+            raise RunError(
+                f"{exe} was not built: the sanitizer build runs through it (rebuild with `tinyc build "
+                f"{Path(exe).parent.parent} --force`)"
+            )
         self.exe = Path(exe)
         self.manifest = manifest
         self.inputs = manifest["inputs"]
@@ -200,6 +221,7 @@ class ExecutableModel:
 
     def __call__(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         import tempfile
+
         env = dict(os.environ)
         for key, value in self.SANITIZER_ENV.items():
             env.setdefault(key, value)
@@ -226,20 +248,26 @@ class ExecutableModel:
                 dt = np.dtype(spec["dtype"]).newbyteorder("<")
                 count = int(np.prod(spec["shape"], dtype=np.int64))
                 raw = path.read_bytes()
-                results[spec["name"]] = np.frombuffer(raw, dtype=dt, count=count).astype(dt.newbyteorder("="))\
-                    .reshape(spec["shape"])
+                results[spec["name"]] = (
+                    np.frombuffer(raw, dtype=dt, count=count).astype(dt.newbyteorder("=")).reshape(spec["shape"])
+                )
             return results
 
 
-def profile_layers(out_dir: str | os.PathLike, feeds: Mapping[str, np.ndarray], repeat: int = 50) -> list[dict[str, Any]]:
+def profile_layers(
+    out_dir: str | os.PathLike, feeds: Mapping[str, np.ndarray], repeat: int = 50
+) -> list[dict[str, Any]]:
     """Median wall time of each layer (run in order on real data through `<prefix>_run_layer`)."""
     import time
+
     out = Path(out_dir)
     manifest = load_manifest(out)
     lib = build(out)
     if is_sanitized(lib):
-        raise RunError(f"{out} is a sanitizer build: per-layer timing loads the library in-process, which a "
-                       "sanitizer runtime does not allow (compile without -fsanitize to profile)")
+        raise RunError(
+            f"{out} is a sanitizer build: per-layer timing loads the library in-process, which a "
+            "sanitizer runtime does not allow (compile without -fsanitize to profile)"
+        )
     model = HostModel(lib, manifest)
     model(feeds)  # fills the arena with real intermediate values
     prefix = manifest["prefix"]
@@ -258,5 +286,7 @@ def profile_layers(out_dir: str | os.PathLike, feeds: Mapping[str, np.ndarray], 
             t0 = time.perf_counter()
             run_layer(i)
             times[i].append(time.perf_counter() - t0)
-    return [{"index": i, "name": name_of(i).decode("utf-8", "replace"), "median_us": float(np.median(t)) * 1e6}
-            for i, t in enumerate(times)]
+    return [
+        {"index": i, "name": name_of(i).decode("utf-8", "replace"), "median_us": float(np.median(t)) * 1e6}
+        for i, t in enumerate(times)
+    ]

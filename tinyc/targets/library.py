@@ -6,6 +6,7 @@ library target `<prefix>` (alias `tinyc::<prefix>`) for `add_subdirectory`, a GN
 `<prefix>.mk`, and for cross-compiling boards a CMake toolchain file so that the folder also
 builds on its own (`build_library`), which is how tinyc checks it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -14,7 +15,8 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from tinyc import __version__
 from tinyc.errors import BuildError, UsageError
@@ -28,8 +30,9 @@ RUNTIME_FILES = ("include/tinyc_rt.h", "include/tinyc_q.h", "include/tinyc_simd.
 _MODEL_SOURCE_SUFFIXES = ("{prefix}.c", "{prefix}_weights.c")
 
 
-def write_library_project(out_dir: Path, files: Mapping[str, str], manifest: dict[str, Any],
-                          board: dict[str, Any]) -> None:
+def write_library_project(
+    out_dir: Path, files: Mapping[str, str], manifest: dict[str, Any], board: dict[str, Any]
+) -> None:
     """Write the library folder for `board` (a dict from `load_board`) into `out_dir`.
 
     `files`/`manifest` are what `tinyc.codegen.generate` returned. Unchanged files keep their
@@ -37,6 +40,7 @@ def write_library_project(out_dir: Path, files: Mapping[str, str], manifest: dic
     import jinja2
 
     from tinyc.codegen.emitter import register_filters
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     prefix = manifest["prefix"]
@@ -48,8 +52,13 @@ def write_library_project(out_dir: Path, files: Mapping[str, str], manifest: dic
         _write_if_changed(dst, (runtime_dir() / rel).read_text())
 
     ctx = _render_context(manifest, board, files)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), trim_blocks=True,
-                             lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
     register_filters(env)  # model-given text in comments and the README is escaped (c_comment, md_text)
     env.globals["cmake_ref"] = lambda name: "${" + name + "}"
     tpl = "project/library/"
@@ -60,12 +69,17 @@ def write_library_project(out_dir: Path, files: Mapping[str, str], manifest: dic
     for p in stale:  # a previous compile for another board
         p.unlink()
     if ctx["toolchain_file"]:
-        _write_if_changed(out_dir / ctx["toolchain_file"],
-                          env.get_template(tpl + "toolchain.cmake.j2").render(**ctx))
+        _write_if_changed(out_dir / ctx["toolchain_file"], env.get_template(tpl + "toolchain.cmake.j2").render(**ctx))
     public = {k: v for k, v in manifest.items() if k != "render"}
-    public.update(format=FORMAT, target=ctx["board_name"], board=ctx["board_name"], cflags=ctx["cflags"],
-                  cc=ctx["cc"], toolchain_file=ctx["toolchain_file"] or None,
-                  sources=ctx["model_sources"] + ctx["runtime_sources"])
+    public.update(
+        format=FORMAT,
+        target=ctx["board_name"],
+        board=ctx["board_name"],
+        cflags=ctx["cflags"],
+        cc=ctx["cc"],
+        toolchain_file=ctx["toolchain_file"] or None,
+        sources=ctx["model_sources"] + ctx["runtime_sources"],
+    )
     _write_if_changed(out_dir / MANIFEST, json.dumps(public, indent=2) + "\n")
 
 
@@ -81,14 +95,22 @@ def _render_context(manifest: dict[str, Any], board: dict[str, Any], files: Mapp
         cc = str(toolchain.get("cc") or "cc")
     cflags = " ".join(str(toolchain.get("cflags", "")).split())
     if cross and not toolchain.get("cc") and not tool_prefix:
-        raise UsageError(f"board {name}: missing [toolchain] prefix (the cross compiler is prefix + \"gcc\")")
+        raise UsageError(f'board {name}: missing [toolchain] prefix (the cross compiler is prefix + "gcc")')
     model_sources = [s.format(prefix=prefix) for s in _MODEL_SOURCE_SUFFIXES if s.format(prefix=prefix) in files]
     model_sources += sorted(f for f in files if f.endswith(".c") and f not in model_sources)
-    return dict(manifest["render"], version=__version__, prefix=prefix, PREFIX=prefix.upper(), board_name=name,
-                cflags=cflags, cc=cc, processor=tool_prefix.split("-")[0] or "arm",
-                toolchain_file=f"toolchain-{name}.cmake" if cross else "",
-                model_sources=model_sources,
-                runtime_sources=[f"runtime/{rel}" for rel in RUNTIME_FILES if rel.endswith(".c")])
+    return dict(
+        manifest["render"],
+        version=__version__,
+        prefix=prefix,
+        PREFIX=prefix.upper(),
+        board_name=name,
+        cflags=cflags,
+        cc=cc,
+        processor=tool_prefix.split("-")[0] or "arm",
+        toolchain_file=f"toolchain-{name}.cmake" if cross else "",
+        model_sources=model_sources,
+        runtime_sources=[f"runtime/{rel}" for rel in RUNTIME_FILES if rel.endswith(".c")],
+    )
 
 
 def archive_path(out_dir: Path, manifest: dict[str, Any]) -> Path:
@@ -114,10 +136,19 @@ def build_library(out_dir: str | os.PathLike, force: bool = False, werror: bool 
         raise BuildError("cmake is not installed (apt-get install cmake, or pip install cmake)")
     cc = str(manifest.get("cc") or "cc")
     if shutil.which(cc) is None:
-        raise BuildError(f"{cc} not found on PATH: the compiler for board {manifest.get('board')} "
-                         "(for arm-none-eabi-gcc: apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi)")
-    configure = ["cmake", "-S", str(out), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
-                 f"-DTINYC_WERROR={'ON' if werror else 'OFF'}"]
+        raise BuildError(
+            f"{cc} not found on PATH: the compiler for board {manifest.get('board')} "
+            "(for arm-none-eabi-gcc: apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi)"
+        )
+    configure = [
+        "cmake",
+        "-S",
+        str(out),
+        "-B",
+        str(build_dir),
+        "-DCMAKE_BUILD_TYPE=Release",
+        f"-DTINYC_WERROR={'ON' if werror else 'OFF'}",
+    ]
     if manifest.get("toolchain_file"):
         configure.append(f"-DCMAKE_TOOLCHAIN_FILE={(out / manifest['toolchain_file']).resolve()}")
     else:
@@ -138,8 +169,12 @@ def build_library(out_dir: str | os.PathLike, force: bool = False, werror: bool 
 
 def _digest(out_dir: Path, werror: bool) -> str:
     h = hashlib.sha256(b"werror" if werror else b"")
-    paths = [*out_dir.glob("*.[ch]"), *out_dir.glob("runtime/*/*"), *out_dir.glob("*.cmake"),
-             out_dir / "CMakeLists.txt"]
+    paths = [
+        *out_dir.glob("*.[ch]"),
+        *out_dir.glob("runtime/*/*"),
+        *out_dir.glob("*.cmake"),
+        out_dir / "CMakeLists.txt",
+    ]
     for f in sorted(p for p in paths if p.is_file()):
         h.update(f.name.encode())
         h.update(f.read_bytes())

@@ -6,6 +6,7 @@ kernel takes those two buffers (its operands are fixed offsets in them). Each in
 inputs at their arena offsets, enqueues the kernels in order and reads the outputs back; with
 `profile=True` every kernel's time comes from its event's profiling counters.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,8 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -22,8 +24,9 @@ from tinyc.quantize.feeds import prepare_feeds, stack_outputs, to_model_input
 from tinyc.targets.host import MANIFEST, _write_if_changed, load_manifest
 
 
-def write_project(out_dir: Path, files: Mapping[str, str], blobs: Mapping[str, bytes],
-                  manifest: dict[str, Any]) -> None:
+def write_project(
+    out_dir: Path, files: Mapping[str, str], blobs: Mapping[str, bytes], manifest: dict[str, Any]
+) -> None:
     """The program, the weights blob and tinyc.json (which says it is an OpenCL folder)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
@@ -46,9 +49,11 @@ def _cl() -> Any:
     try:
         import pyopencl
     except ImportError:
-        raise RunError("the OpenCL target needs pyopencl (pip install 'tinyc[opencl]') and an OpenCL "
-                       "driver (on Linux without a GPU: the PoCL CPU driver, e.g. apt-get install "
-                       "pocl-opencl-icd)") from None
+        raise RunError(
+            "the OpenCL target needs pyopencl (pip install 'tinyc[opencl]') and an OpenCL "
+            "driver (on Linux without a GPU: the PoCL CPU driver, e.g. apt-get install "
+            "pocl-opencl-icd)"
+        ) from None
     return pyopencl
 
 
@@ -59,8 +64,10 @@ def _platforms() -> list[Any]:
     except cl.Error:  # the ICD loader reports "no platform" as an error (PLATFORM_NOT_FOUND_KHR)
         platforms = []
     if not platforms:
-        raise RunError("no OpenCL platform found: install an OpenCL driver (a GPU vendor's, or PoCL for "
-                       "the CPU: apt-get install pocl-opencl-icd) and check it with `tinyc devices`")
+        raise RunError(
+            "no OpenCL platform found: install an OpenCL driver (a GPU vendor's, or PoCL for "
+            "the CPU: apt-get install pocl-opencl-icd) and check it with `tinyc devices`"
+        )
     return platforms
 
 
@@ -75,10 +82,10 @@ def _devices(platform: Any) -> list[Any]:
 class DeviceInfo:
     """One OpenCL device as `tinyc devices` lists it."""
 
-    id: str            # "platform:device", as --device takes it
+    id: str  # "platform:device", as --device takes it
     platform: str
     name: str
-    kind: str          # GPU, CPU, accelerator
+    kind: str  # GPU, CPU, accelerator
     version: str
     compute_units: int
     global_mem_bytes: int
@@ -97,9 +104,18 @@ def list_devices() -> list[DeviceInfo]:
     infos = []
     for p, platform in enumerate(_platforms()):
         for d, dev in enumerate(_devices(platform)):
-            infos.append(DeviceInfo(f"{p}:{d}", platform.name.strip(), dev.name.strip(), _kind(dev),
-                                    dev.version.strip(), int(dev.max_compute_units), int(dev.global_mem_size),
-                                    int(dev.max_mem_alloc_size)))
+            infos.append(
+                DeviceInfo(
+                    f"{p}:{d}",
+                    platform.name.strip(),
+                    dev.name.strip(),
+                    _kind(dev),
+                    dev.version.strip(),
+                    int(dev.max_compute_units),
+                    int(dev.global_mem_size),
+                    int(dev.max_mem_alloc_size),
+                )
+            )
     if infos:
         chosen = _default_id(infos)
         for info in infos:
@@ -118,8 +134,10 @@ def devices_table(infos: list[DeviceInfo]) -> str:
         return "no OpenCL devices found"
     rows = [f"  {'id':<6} {'kind':<11} {'CUs':>4} {'memory':>9}  {'device':<40}  platform / version"]
     for i in infos:
-        rows.append(f"{'*' if i.default else ' '} {i.id:<6} {i.kind:<11} {i.compute_units:>4} "
-                    f"{i.global_mem_bytes / 2**20:>6.0f} MB  {i.name[:40]:<40}  {i.platform} / {i.version}")
+        rows.append(
+            f"{'*' if i.default else ' '} {i.id:<6} {i.kind:<11} {i.compute_units:>4} "
+            f"{i.global_mem_bytes / 2**20:>6.0f} MB  {i.name[:40]:<40}  {i.platform} / {i.version}"
+        )
     return "\n".join(rows + ["(* = default: the first GPU, else the first device; choose with --device ID)"])
 
 
@@ -136,13 +154,17 @@ def select_device(spec: str | None) -> Any:
     try:
         p, d = int(p_text), int(d_text or 0)
     except ValueError:
-        raise UsageError(f"--device '{spec}': expected PLATFORM:DEVICE indices such as 0:0 (see `tinyc devices`)") from None
+        raise UsageError(
+            f"--device '{spec}': expected PLATFORM:DEVICE indices such as 0:0 (see `tinyc devices`)"
+        ) from None
     if not 0 <= p < len(platforms):
         raise UsageError(f"--device '{spec}': there are {len(platforms)} OpenCL platform(s) (see `tinyc devices`)")
     devs = _devices(platforms[p])
     if not 0 <= d < len(devs):
-        raise UsageError(f"--device '{spec}': platform {p} ({platforms[p].name.strip()}) has {len(devs)} "
-                         f"device(s) (see `tinyc devices`)")
+        raise UsageError(
+            f"--device '{spec}': platform {p} ({platforms[p].name.strip()}) has {len(devs)} "
+            f"device(s) (see `tinyc devices`)"
+        )
     return devs[d]
 
 
@@ -179,11 +201,14 @@ class OpenCLModel:
             self.program = cl.Program(self.context, source).build(options=build_options(self.device))
         except cl.RuntimeError as exc:  # BUILD_PROGRAM_FAILURE: the message carries the build log
             log = str(exc)
-            raise BuildError(f"OpenCL program {out / spec['program']} failed to build on "
-                             f"{self.device.name.strip()}:\n{_tail(log)}") from None
+            raise BuildError(
+                f"OpenCL program {out / spec['program']} failed to build on {self.device.name.strip()}:\n{_tail(log)}"
+            ) from None
         mf = cl.mem_flags
         weights = (out / spec["weights"]).read_bytes()
-        self.weights = cl.Buffer(self.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.frombuffer(weights, np.uint8))
+        self.weights = cl.Buffer(
+            self.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.frombuffer(weights, np.uint8)
+        )
         self.arena = cl.Buffer(self.context, mf.READ_WRITE, size=max(16, int(spec["arena_bytes"])))
         self.kernels = []
         for k in spec["kernels"]:
@@ -206,21 +231,27 @@ class OpenCLModel:
         limit = int(self.device.max_mem_alloc_size)
         for what, size in (("arena", spec["arena_bytes"]), ("weights", spec["weights_bytes"])):
             if size > limit:
-                raise RunError(f"the model's {what} buffer needs {size:,} B but {self.device.name.strip()} "
-                               f"allocates at most {limit:,} B per buffer (CL_DEVICE_MAX_MEM_ALLOC_SIZE)")
+                raise RunError(
+                    f"the model's {what} buffer needs {size:,} B but {self.device.name.strip()} "
+                    f"allocates at most {limit:,} B per buffer (CL_DEVICE_MAX_MEM_ALLOC_SIZE)"
+                )
         total = int(spec["arena_bytes"]) + int(spec["weights_bytes"])
         if total > int(self.device.global_mem_size):
-            raise RunError(f"arena + weights need {total:,} B but {self.device.name.strip()} has "
-                           f"{int(self.device.global_mem_size):,} B of global memory")
+            raise RunError(
+                f"arena + weights need {total:,} B but {self.device.name.strip()} has "
+                f"{int(self.device.global_mem_size):,} B of global memory"
+            )
 
     def _check_local(self, k: dict[str, Any], nbytes: int) -> None:
         """A kernel whose local memory the device lacks is refused with the numbers (its schedule's
         local_mem knob is what asks for it)."""
         have = int(self.device.local_mem_size)
         if nbytes > have:
-            raise RunError(f"kernel {k['fn']} ('{k['name']}') needs {nbytes:,} B of local memory but "
-                           f"{self.device.name.strip()} has {have:,} B (CL_DEVICE_LOCAL_MEM_SIZE); "
-                           f"compile that layer with the schedule knob local_mem=0")
+            raise RunError(
+                f"kernel {k['fn']} ('{k['name']}') needs {nbytes:,} B of local memory but "
+                f"{self.device.name.strip()} has {have:,} B (CL_DEVICE_LOCAL_MEM_SIZE); "
+                f"compile that layer with the schedule knob local_mem=0"
+            )
 
     def _launch(self, k: dict[str, Any], kern: Any) -> tuple[tuple[int], tuple[int] | None]:
         """(global, local) sizes: the local size knob, capped by what device and kernel allow;
@@ -232,8 +263,10 @@ class OpenCLModel:
         local = int(k.get("local_size") or 0)
         if n == 1 or local <= 0:
             return (n,), None
-        cap = min(int(self.device.max_work_group_size),
-                  int(kern.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device)))
+        cap = min(
+            int(self.device.max_work_group_size),
+            int(kern.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device)),
+        )
         local = max(1, min(local, cap))
         return (-(-n // local) * local,), (local,)
 
@@ -272,9 +305,18 @@ class OpenCLModel:
         """Per-kernel device time of the last inference (needs profile=True)."""
         if not self.profile:
             raise UsageError("kernel times need the model loaded with profile=True")
-        return [{"index": k["index"], "name": k["name"], "op": k["op"], "fn": k["fn"], "ns": t,
-                 "global_size": g[0], "local_size": (loc[0] if loc else 0)}
-                for (k, _, (g, loc)), t in zip(self.kernels, self.last_times_ns)]
+        return [
+            {
+                "index": k["index"],
+                "name": k["name"],
+                "op": k["op"],
+                "fn": k["fn"],
+                "ns": t,
+                "global_size": g[0],
+                "local_size": (loc[0] if loc else 0),
+            }
+            for (k, _, (g, loc)), t in zip(self.kernels, self.last_times_ns)
+        ]
 
 
 def _tail(log: str, lines: int = 60) -> str:
@@ -282,8 +324,9 @@ def _tail(log: str, lines: int = 60) -> str:
     return "\n".join(rows[-lines:])
 
 
-def run_batch(out_dir: str | os.PathLike, inputs: Mapping[str, np.ndarray], device: str | None = None,
-              profile: bool = False) -> dict[str, np.ndarray]:
+def run_batch(
+    out_dir: str | os.PathLike, inputs: Mapping[str, np.ndarray], device: str | None = None, profile: bool = False
+) -> dict[str, np.ndarray]:
     """`tinyc.targets.host.run_batch` on an OpenCL device (same input conventions). With profile,
     the outputs also hold "__kernel_ns__": per-kernel device times [inferences, kernels]."""
     feeds = prepare_feeds(load_manifest(Path(out_dir)), inputs)  # the data is checked before a device is touched
@@ -293,6 +336,7 @@ def run_batch(out_dir: str | os.PathLike, inputs: Mapping[str, np.ndarray], devi
     results: dict[str, list[np.ndarray]] = {o["name"]: [] for o in manifest["outputs"]}
     times = []
     from tqdm import tqdm
+
     for k in tqdm(range(n), desc="inferences", unit="inf", leave=False, disable=n < 200 or not sys.stderr.isatty()):
         for name, value in model(feeds.raw(k)).items():
             results[name].append(value)

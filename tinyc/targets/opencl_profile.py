@@ -5,12 +5,14 @@ Event times are the device's own start/end stamps of each kernel, so they exclud
 driver overhead between launches; a median over repeats absorbs the noise of a shared machine.
 Kept apart from the runner (tinyc.targets.opencl), which only loads and runs a folder.
 """
+
 from __future__ import annotations
 
 import json
 import statistics
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -18,6 +20,7 @@ import numpy as np
 def write_arena_inputs(model: Any, feeds: Mapping[str, np.ndarray]) -> None:
     """Each model input's bytes at its arena offset (values already in the input's dtype)."""
     import pyopencl as cl
+
     for spec, place in zip(model.inputs, model.manifest["opencl"]["inputs"]):
         arr = np.ascontiguousarray(np.asarray(feeds[spec["name"]], dtype=spec["dtype"]))
         if arr.nbytes:
@@ -26,10 +29,16 @@ def write_arena_inputs(model: Any, feeds: Mapping[str, np.ndarray]) -> None:
 
 def read_arena(model: Any, offset: int, nbytes: int, buffer: str = "arena") -> bytes:
     import pyopencl as cl
+
     out = np.empty(max(0, nbytes), dtype=np.uint8)
     if nbytes:
-        cl.enqueue_copy(model.queue, out, model.weights if buffer == "weights" else model.arena,
-                        src_offset=int(offset), is_blocking=True)
+        cl.enqueue_copy(
+            model.queue,
+            out,
+            model.weights if buffer == "weights" else model.arena,
+            src_offset=int(offset),
+            is_blocking=True,
+        )
     return out.tobytes()
 
 
@@ -45,12 +54,14 @@ def time_kernels(model: Any, positions: Sequence[int], warmup: int, repeat: int)
     return times
 
 
-def profile_opencl(out_dir: str | Path, feeds: Mapping[str, np.ndarray] | None, device: str | None = None,
-                   repeat: int = 10) -> dict[str, Any]:
+def profile_opencl(
+    out_dir: str | Path, feeds: Mapping[str, np.ndarray] | None, device: str | None = None, repeat: int = 10
+) -> dict[str, Any]:
     """Per-kernel device time (median of `repeat` inferences after one warm-up), MACs from
     report.json, MACs per ns and share; plus the whole inference's median (first kernel's start
     to last kernel's end, launch gaps included) — the same shape as a board's profile."""
     from tinyc.targets.opencl import OpenCLModel
+
     out = Path(out_dir)
     model = OpenCLModel(out, device=device, profile=True)
     if feeds is None:
@@ -62,7 +73,7 @@ def profile_opencl(out_dir: str | Path, feeds: Mapping[str, np.ndarray] | None, 
             macs_by_kernel[int(layer["kernel"])] = macs_by_kernel.get(int(layer["kernel"]), 0) + int(layer["macs"])
     per_kernel: list[list[float]] = [[] for _ in model.kernels]
     whole: list[float] = []
-    model(feeds)   # warm-up: first launches pay for the driver's lazy setup
+    model(feeds)  # warm-up: first launches pay for the driver's lazy setup
     for _ in range(max(1, repeat)):
         model(feeds)
         times = model.last_times_ns
@@ -74,20 +85,39 @@ def profile_opencl(out_dir: str | Path, feeds: Mapping[str, np.ndarray] | None, 
     layers = []
     for i, (entry, t) in enumerate(zip(model.manifest["opencl"]["kernels"], med)):
         macs = macs_by_kernel.get(int(entry["index"]), 0)
-        layers.append({"index": i, "name": entry["name"], "op": entry["op"], "ns": round(t, 1), "macs": macs,
-                       "macs_per_n": macs / t if t else 0.0, "share": t / total if total else 0.0,
-                       "global_size": int(entry["global_size"]), "local_size": int(entry.get("local_size", 0))})
+        layers.append(
+            {
+                "index": i,
+                "name": entry["name"],
+                "op": entry["op"],
+                "ns": round(t, 1),
+                "macs": macs,
+                "macs_per_n": macs / t if t else 0.0,
+                "share": t / total if total else 0.0,
+                "global_size": int(entry["global_size"]),
+                "local_size": int(entry.get("local_size", 0)),
+            }
+        )
     total_macs = sum(macs_by_kernel.values())
     run = statistics.median(whole)
     name = model.device.name.strip()
-    return {"board": f"opencl:{name}", "model": model.manifest["model"], "units": "ns",
-            "units_note": f"OpenCL event profiling on {name}; median of {max(1, repeat)} inferences; "
-                          "RUN spans the first kernel's start to the last one's end",
-            "layers": layers, "layers_total": total, "run_total": run, "macs": total_macs,
-            "macs_per_n": total_macs / run if run else 0.0, "repeat": max(1, repeat)}
+    return {
+        "board": f"opencl:{name}",
+        "model": model.manifest["model"],
+        "units": "ns",
+        "units_note": f"OpenCL event profiling on {name}; median of {max(1, repeat)} inferences; "
+        "RUN spans the first kernel's start to the last one's end",
+        "layers": layers,
+        "layers_total": total,
+        "run_total": run,
+        "macs": total_macs,
+        "macs_per_n": total_macs / run if run else 0.0,
+        "repeat": max(1, repeat),
+    }
 
 
 def device_name(spec: str | None) -> str:
     """The name of the device `spec` selects (as the tuning log keys it: "opencl:<name>")."""
     from tinyc.targets.opencl import select_device
+
     return str(select_device(spec).name.strip())

@@ -1,5 +1,6 @@
 """Using a tuning log at compile time: each layer takes the fastest exact schedule measured for
 its task on this board (or host), the default where the log has none."""
+
 from __future__ import annotations
 
 import os
@@ -16,6 +17,7 @@ def schedules_from_log(graph: Graph, log_path: str | os.PathLike, board: str, ta
     from tinyc.errors import UsageError
     from tinyc.tune.log import TuningLog, check_log_path
     from tinyc.tune.tasks import drop_unoffered_records, task_key
+
     check_log_path(log_path)
     if not os.path.isfile(log_path):
         raise UsageError(f"tuning log {log_path} does not exist")
@@ -30,7 +32,7 @@ def schedules_from_log(graph: Graph, log_path: str | os.PathLike, board: str, ta
         if not legal:
             continue
         key = task_key(node, graph)
-        if key not in checked:   # records whose knobs this op does not offer are skipped, with a warning
+        if key not in checked:  # records whose knobs this op does not offer are skipped, with a warning
             checked.add(key)
             drop_unoffered_records(log, board, key, node, graph, target)
         best = log.best(board, key)
@@ -48,18 +50,28 @@ def opencl_log_board(log_path: str | os.PathLike, device: str | None = None) -> 
     records for, and with several the default device's (the first GPU, else the first device)."""
     from tinyc.errors import UsageError
     from tinyc.tune.log import TuningLog
+
     if device is not None:
         from tinyc.targets.opencl_profile import device_name
+
         return f"opencl:{device_name(device)}"
     if not os.path.isfile(log_path):
         raise UsageError(f"tuning log {log_path} does not exist")
-    boards = sorted({r["board"] for r in TuningLog(log_path).records()
-                     if str(r.get("board", "")).startswith("opencl:") and r.get("status") == "ok"})
+    boards = sorted(
+        {
+            r["board"]
+            for r in TuningLog(log_path).records()
+            if str(r.get("board", "")).startswith("opencl:") and r.get("status") == "ok"
+        }
+    )
     if len(boards) <= 1:
         return boards[0] if boards else "opencl:"
     from tinyc.targets.opencl_profile import device_name
+
     mine = f"opencl:{device_name(None)}"
     if mine in boards:
         return mine
-    raise UsageError(f"tuning log {log_path} holds records for {len(boards)} OpenCL devices "
-                     f"({', '.join(b[7:] for b in boards)}): choose one with --device")
+    raise UsageError(
+        f"tuning log {log_path} holds records for {len(boards)} OpenCL devices "
+        f"({', '.join(b[7:] for b in boards)}): choose one with --device"
+    )

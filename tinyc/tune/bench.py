@@ -7,12 +7,14 @@ generated code has one kernel per candidate, one weights array per task (copies 
 tensors) and every output at its own arena offset. The harness's RUN_LAYER runs copy j alone and
 READ_OUTPUT reads its slice of the outputs, which the host checks against the golden model.
 """
+
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -25,9 +27,9 @@ class Candidate:
     """One schedule of one task, as placed in a batch."""
 
     task_key: str
-    node: str                   # the measured layer (first node of the task) in the source graph
+    node: str  # the measured layer (first node of the task) in the source graph
     knobs: dict[str, Any]
-    index: int = -1             # its layer index in the batch firmware
+    index: int = -1  # its layer index in the batch firmware
 
 
 @dataclass
@@ -36,9 +38,9 @@ class Batch:
 
     graph: Graph
     candidates: list[Candidate]
-    inputs: dict[str, np.ndarray]            # batch graph input -> value
-    expected: list[list[np.ndarray]]         # per candidate, per output: the golden value
-    output_slices: list[list[tuple[int, int, str, tuple[int, ...]]]]   # per candidate: (offset, bytes, dtype, shape)
+    inputs: dict[str, np.ndarray]  # batch graph input -> value
+    expected: list[list[np.ndarray]]  # per candidate, per output: the golden value
+    output_slices: list[list[tuple[int, int, str, tuple[int, ...]]]]  # per candidate: (offset, bytes, dtype, shape)
     schedules: dict[str, dict[str, Any]]
 
 
@@ -64,7 +66,7 @@ def build_batch_graph(graph: Graph, candidates: Sequence[Candidate], env: Mappin
                     bg.add_tensor(dataclasses.replace(t))
                 renamed.append(name)
                 continue
-            local = f"{cand.node}__{name}"   # one copy of an activation per layer, shared by its candidates
+            local = f"{cand.node}__{name}"  # one copy of an activation per layer, shared by its candidates
             if local not in bg.tensors:
                 bg.add_tensor(dataclasses.replace(t, name=local, data=None))
                 bg.inputs.append(local)
@@ -85,14 +87,16 @@ def build_batch_graph(graph: Graph, candidates: Sequence[Candidate], env: Mappin
         schedules[copy.name] = dict(cand.knobs)
         cand.index = j
         expected.append([np.asarray(env[o]).reshape(graph.tensor(o).shape) for o in node.outputs if o])
-        out_specs.append([(local, graph.tensor(o).dtype, graph.tensor(o).shape) for local, o in zip(outs, node.outputs) if o])
+        out_specs.append(
+            [(local, graph.tensor(o).dtype, graph.tensor(o).shape) for local, o in zip(outs, node.outputs) if o]
+        )
     bg.output_names = list(bg.outputs)
     # byte offset of each output in the harness's concatenated output range
     slices: list[list[tuple[int, int, str, tuple[int, ...]]]] = []
     pos = 0
     for specs in out_specs:
         row = []
-        for local, dtype, shape in specs:
+        for _local, dtype, shape in specs:
             n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
             row.append((pos, n, dtype, shape))
             pos += n
@@ -114,6 +118,7 @@ def generate_batch(batch: Batch, target: str) -> Any:
     """Sources of the batch model (prefix "tune"), its schedules as given."""
     from tinyc.codegen import generate
     from tinyc.schedule import default_schedules
+
     sched = default_schedules(batch.graph, target)
     sched.update(batch.schedules)
     return generate(batch.graph, prefix="tune", target=target, schedules=sched)
@@ -122,6 +127,7 @@ def generate_batch(batch: Batch, target: str) -> Any:
 def write_board_batch(batch: Batch, out_dir: Path, board: Mapping[str, Any], target: str) -> Any:
     """A firmware project for the batch (the serial harness as main)."""
     from tinyc.targets.board import write_board_project
+
     gen = generate_batch(batch, target)
     write_board_project(Path(out_dir), gen.files, gen.manifest, dict(board))
     return gen
@@ -130,6 +136,7 @@ def write_board_batch(batch: Batch, out_dir: Path, board: Mapping[str, Any], tar
 def write_host_batch(batch: Batch, out_dir: Path, cflags: str | None = None) -> Any:
     """A host shared-library project for the batch."""
     from tinyc.targets import host
+
     gen = generate_batch(batch, "host")
     host.write_project(Path(out_dir), gen.files, gen.manifest, cflags if cflags is not None else host.default_cflags())
     return gen
@@ -138,6 +145,7 @@ def write_host_batch(batch: Batch, out_dir: Path, cflags: str | None = None) -> 
 def write_opencl_batch(batch: Batch, out_dir: Path) -> Any:
     """An OpenCL folder for the batch (one kernel per candidate, named "cand<j>:...")."""
     from tinyc.targets import opencl
+
     gen = generate_batch(batch, "opencl")
     opencl.write_project(Path(out_dir), gen.files, gen.blobs, gen.manifest)
     return gen

@@ -6,11 +6,13 @@ features (one-hot knobs, counts, flags) and few samples. Internally the trees le
 per MAC): that quantity is shared between layers of different size, so records of other layers,
 models and boards transfer; predictions add log(MACs) back and are log cycles.
 """
+
 from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -28,8 +30,12 @@ def _log_macs(task: Mapping[str, Any]) -> float:
 
 def _positive(cycles: Any) -> bool:
     """Whether a cycle count is usable for training (failures carry None)."""
-    return (isinstance(cycles, (int, float, np.number)) and not isinstance(cycles, bool)
-            and math.isfinite(float(cycles)) and float(cycles) > 0)
+    return (
+        isinstance(cycles, (int, float, np.number))
+        and not isinstance(cycles, bool)
+        and math.isfinite(float(cycles))
+        and float(cycles) > 0
+    )
 
 
 class CostModel:
@@ -46,13 +52,25 @@ class CostModel:
         from sklearn.ensemble import GradientBoostingRegressor
         from sklearn.feature_extraction import DictVectorizer
         from sklearn.pipeline import Pipeline
-        return Pipeline([
-            ("features", DictVectorizer(sparse=False)),
-            ("trees", GradientBoostingRegressor(n_estimators=120, max_depth=4, learning_rate=0.1, subsample=0.8,
-                                                min_samples_leaf=2, random_state=self.seed)),
-        ])
 
-    def fit(self, samples: Sequence[tuple[Mapping, Mapping, Mapping, float]]) -> "CostModel":
+        return Pipeline(
+            [
+                ("features", DictVectorizer(sparse=False)),
+                (
+                    "trees",
+                    GradientBoostingRegressor(
+                        n_estimators=120,
+                        max_depth=4,
+                        learning_rate=0.1,
+                        subsample=0.8,
+                        min_samples_leaf=2,
+                        random_state=self.seed,
+                    ),
+                ),
+            ]
+        )
+
+    def fit(self, samples: Sequence[tuple[Mapping, Mapping, Mapping, float]]) -> CostModel:
         """Train on (task, knobs, board, cycles) samples; those without positive finite cycles
         (failures) are ignored. With fewer than MIN_SAMPLES usable ones the model is untrained."""
         usable = [(t, k, b, float(c)) for t, k, b, c in samples if _positive(c)]
@@ -87,8 +105,9 @@ class CostModel:
         return self._pipeline.predict(x) + offset
 
 
-def records_to_samples(records: Iterable[Mapping], tasks: Mapping[str, Mapping],
-                       boards: Mapping[str, Mapping]) -> list[tuple]:
+def records_to_samples(
+    records: Iterable[Mapping], tasks: Mapping[str, Mapping], boards: Mapping[str, Mapping]
+) -> list[tuple]:
     """(task, knobs, board, cycles) samples from log records with status "ok".
 
     Records are joined with their task dict by "key" and their board dict by "board"; records
@@ -111,6 +130,7 @@ def spearman(model: CostModel, held_out: Sequence[tuple[Mapping, Mapping, Mappin
     if len(held_out) < 3:
         return float("nan")
     from scipy.stats import spearmanr
+
     predicted = model.predict([(t, k, b) for t, k, b, _ in held_out])
     measured = np.array([c for _, _, _, c in held_out], dtype=float)
     if np.ptp(predicted) == 0 or np.ptp(measured) == 0:

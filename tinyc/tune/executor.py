@@ -20,6 +20,7 @@ submitted again, up to `retries` times, then reported `lost`. Outcomes are only 
 finished jobs, and the tuner records them in the client, the only writer of the log: a lost or
 retried batch cannot leave half a batch, or a batch twice, in the log.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,7 +35,8 @@ from concurrent.futures import CancelledError, Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
+from collections.abc import Callable, Iterator, Mapping
 
 from tinyc.errors import BuildError, RunError, UsageError
 from tinyc.tune.bench import Batch
@@ -74,7 +76,7 @@ class Measured:
 
     measurements: list[Any]
     measure_s: float
-    where: str = ""              # on a farm: the worker (and port) that measured it
+    where: str = ""  # on a farm: the worker (and port) that measured it
     build_s: float = 0.0
 
 
@@ -86,8 +88,8 @@ class Job:
     name: str
     counted: bool
     attempts: int = 0
-    handles: Any = None          # the executor's futures, while in flight
-    recorded: set[tuple[str, str]] = field(default_factory=set)   # (task key, knobs id) the tuner logged
+    handles: Any = None  # the executor's futures, while in flight
+    recorded: set[tuple[str, str]] = field(default_factory=set)  # (task key, knobs id) the tuner logged
 
 
 @dataclass
@@ -177,8 +179,9 @@ def build_image(measurer: Any, batch: Batch, name: str, folders: BuildFolders) -
     return Firmware(name, files, time.perf_counter() - t0)
 
 
-def measure_image(measurer: Any, firmware: Firmware, batch: Batch, scratch: Path,
-                  on_result: Callable[[Any], None] | None = None) -> Measured:
+def measure_image(
+    measurer: Any, firmware: Firmware, batch: Batch, scratch: Path, on_result: Callable[[Any], None] | None = None
+) -> Measured:
     """Step 2: unpack `firmware` into a fresh folder under `scratch`, measure every candidate of
     `batch` with `measurer` (its board, port or device; `on_result` gets each measurement as it
     exists), delete the folder."""
@@ -201,13 +204,13 @@ class _DaemonPool:
     Ctrl-C, which reaches the whole terminal process group)."""
 
     def __init__(self, n: int, name: str) -> None:
-        self._queue: "queue.Queue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None]" = queue.Queue()
+        self._queue: queue.Queue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = queue.Queue()
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(n)]
         for t in self._threads:
             t.start()
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> "Future[Any]":
-        fut: "Future[Any]" = Future()
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        fut: Future[Any] = Future()
         self._queue.put((fut, fn, args))
         return fut
 
@@ -242,7 +245,9 @@ class LocalExecutor:
     emulated board is one QEMU process, so N slots are N emulated boards; a real board on one
     --port, the host and an OpenCL device are one slot each)."""
 
-    def __init__(self, measurer: Any, work_dir: Path, jobs: int = 1, slots: int = 1, capacity: int | None = None) -> None:
+    def __init__(
+        self, measurer: Any, work_dir: Path, jobs: int = 1, slots: int = 1, capacity: int | None = None
+    ) -> None:
         if jobs < 1:
             raise UsageError(f"--jobs must be >= 1, got {jobs}")
         self.measurer = measurer
@@ -253,19 +258,20 @@ class LocalExecutor:
         self.folders = BuildFolders(self.work_dir)
         self._builders = _DaemonPool(jobs, "tinyc-build")
         self._boards = _DaemonPool(self.slots, "tinyc-measure")
-        self._done: "queue.Queue[tuple[Job, str, Any]]" = queue.Queue()
+        self._done: queue.Queue[tuple[Job, str, Any]] = queue.Queue()
         self.in_flight = 0
         self.builds = 0
         self.retried = 0
-        self.description = (f"local: {jobs} build thread{'s' * (jobs > 1)}, {self.slots} "
-                            f"measuring slot{'s' * (self.slots > 1)}")
+        self.description = (
+            f"local: {jobs} build thread{'s' * (jobs > 1)}, {self.slots} measuring slot{'s' * (self.slots > 1)}"
+        )
 
     def submit(self, job: Job) -> None:
         self.in_flight += 1
         fut = self._builders.submit(build_image, self.measurer, job.batch, job.name, self.folders)
         fut.add_done_callback(lambda f: self._built(job, f))
 
-    def _built(self, job: Job, fut: "Future[Firmware | BuildFailed]") -> None:
+    def _built(self, job: Job, fut: Future[Firmware | BuildFailed]) -> None:
         if fut.cancelled():
             return
         exc = fut.exception()
@@ -276,8 +282,14 @@ class LocalExecutor:
         if isinstance(image, BuildFailed):
             self._done.put((job, "build_error", image))
             return
-        mfut = self._boards.submit(measure_image, self.measurer, image, measure_view(job.batch),
-                                   self.work_dir / "measure", lambda m: self._done.put((job, "partial", m)))
+        mfut = self._boards.submit(
+            measure_image,
+            self.measurer,
+            image,
+            measure_view(job.batch),
+            self.work_dir / "measure",
+            lambda m: self._done.put((job, "partial", m)),
+        )
         mfut.add_done_callback(lambda f: self._done.put((job, "measured", f)))
 
     def wait(self) -> Outcome:
@@ -290,7 +302,7 @@ class LocalExecutor:
             raise value
         if kind == "build_error":
             return Outcome(job, "build_error", message=value.message)
-        measured = value.result()   # raises what the measurement raised
+        measured = value.result()  # raises what the measurement raised
         self.builds += 1
         return Outcome(job, "measured", measured)
 
@@ -307,6 +319,7 @@ def _worker_loss(exc: BaseException) -> bool:
     from distributed.scheduler import KilledWorker
 
     from tinyc.tune.measure import BoardUnavailable
+
     return isinstance(exc, (KilledWorker, CommClosedError, BoardUnavailable))
 
 
@@ -325,8 +338,10 @@ class DaskExecutor:
         try:
             self.client = Client(address, timeout=timeout, set_as_default=False)
         except (OSError, TimeoutError, ValueError) as exc:
-            raise UsageError(f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
-                             f"({describe(exc)}); start one with `dask scheduler`") from None
+            raise UsageError(
+                f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
+                f"({describe(exc)}); start one with `dask scheduler`"
+            ) from None
         self.resource = spec.resource
         units, workers = self._units()
         if units == 0:
@@ -334,12 +349,14 @@ class DaskExecutor:
             name = spec.board["name"]
             held = "; ".join(f"{addr}: {_resources_text(res)}" for addr, res in workers.items()) or "no workers"
             how = f"--emulated {name}:N" if spec.board.get("emulated") else f"--board {name}=PORT"
-            raise UsageError(f"no worker of the farm at {address} holds board '{name}' (resource {self.resource}); "
-                             f"the workers hold: {held}. Start one with `tinyc worker {address} {how}`")
+            raise UsageError(
+                f"no worker of the farm at {address} holds board '{name}' (resource {self.resource}); "
+                f"the workers hold: {held}. Start one with `tinyc worker {address} {how}`"
+            )
         self.slots = units
         #: a board measures one batch while the next one is built for it
         self.capacity = 2 * units
-        self._done: "queue.Queue[tuple[Job, Any]]" = queue.Queue()
+        self._done: queue.Queue[tuple[Job, Any]] = queue.Queue()
         self._live: dict[int, Job] = {}
         self.in_flight = 0
         self.builds = 0
@@ -356,12 +373,20 @@ class DaskExecutor:
 
     def _launch(self, job: Job) -> None:
         from tinyc.tune import farm
+
         tag = uuid.uuid4().hex[:8]
-        build = self.client.submit(farm.build_task, self.spec, job.batch, job.name,
-                                   key=f"tinyc-build-{job.name}-{tag}", pure=False)
-        measure = self.client.submit(farm.measure_task, self.spec, build, measure_view(job.batch),
-                                     key=f"tinyc-measure-{job.name}-{tag}", pure=False,
-                                     resources={self.resource: 1})
+        build = self.client.submit(
+            farm.build_task, self.spec, job.batch, job.name, key=f"tinyc-build-{job.name}-{tag}", pure=False
+        )
+        measure = self.client.submit(
+            farm.measure_task,
+            self.spec,
+            build,
+            measure_view(job.batch),
+            key=f"tinyc-measure-{job.name}-{tag}",
+            pure=False,
+            resources={self.resource: 1},
+        )
         job.handles = (build, measure)
         self._live[id(job)] = job
         measure.add_done_callback(lambda f: self._done.put((job, f)))
@@ -377,9 +402,11 @@ class DaskExecutor:
             except Exception as exc:  # noqa: BLE001  (sorted below: retry, lost, or raised)
                 if not _worker_loss(exc):
                     self._finish(job)
-                    if isinstance(exc, CancelledError):   # the scheduler dropped it (restarted, gone)
-                        raise RunError(f"the farm at {self.address} cancelled batch {job.name} ({describe(exc)}): "
-                                       "was the scheduler restarted? Run the same command again to resume") from None
+                    if isinstance(exc, CancelledError):  # the scheduler dropped it (restarted, gone)
+                        raise RunError(
+                            f"the farm at {self.address} cancelled batch {job.name} ({describe(exc)}): "
+                            "was the scheduler restarted? Run the same command again to resume"
+                        ) from None
                     raise
                 job.attempts += 1
                 if job.attempts <= self.retries:
@@ -387,8 +414,12 @@ class DaskExecutor:
                     self._launch(job)
                     continue
                 self._finish(job)
-                return Outcome(job, "lost", message=f"the batch lost its board or worker {job.attempts} "
-                               f"time{'s' * (job.attempts > 1)} ({type(exc).__name__}: {str(exc)[:200]})")
+                return Outcome(
+                    job,
+                    "lost",
+                    message=f"the batch lost its board or worker {job.attempts} "
+                    f"time{'s' * (job.attempts > 1)} ({type(exc).__name__}: {str(exc)[:200]})",
+                )
             self._finish(job)
             if isinstance(value, BuildFailed):
                 return Outcome(job, "build_error", message=value.message)
@@ -398,7 +429,7 @@ class DaskExecutor:
     def _finish(self, job: Job) -> None:
         self.in_flight -= 1
         self._live.pop(id(job), None)
-        job.handles = None     # dropping the futures releases the firmware on the workers
+        job.handles = None  # dropping the futures releases the firmware on the workers
 
     def close(self) -> None:
         """Cancel what is still queued or running (the tuner stopped) and disconnect; the farm
@@ -416,13 +447,13 @@ def all_workers(client: Any) -> dict[str, dict[str, Any]]:
     distributed lists only a few unless asked for all."""
     try:
         info = client.scheduler_info(n_workers=-1)
-    except TypeError:   # distributed before the n_workers argument: all of them anyway
+    except TypeError:  # distributed before the n_workers argument: all of them anyway
         info = client.scheduler_info()
     return dict(info.get("workers", {}))
 
 
 def describe(exc: BaseException) -> str:
-    """"Type: message", or just the type when the message is empty (asyncio's TimeoutError)."""
+    """ "Type: message", or just the type when the message is empty (asyncio's TimeoutError)."""
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -454,6 +485,20 @@ def board_resource(board_name: str) -> str:
     return f"board:{board_name}"
 
 
-__all__ = ["BuildFailed", "BuildFolders", "DaskExecutor", "Firmware", "Job", "LocalExecutor", "MeasureSpec",
-           "Measured", "Outcome", "board_resource", "build_image", "measure_image", "measure_view",
-           "pack_project", "unpack_project"]
+__all__ = [
+    "BuildFailed",
+    "BuildFolders",
+    "DaskExecutor",
+    "Firmware",
+    "Job",
+    "LocalExecutor",
+    "MeasureSpec",
+    "Measured",
+    "Outcome",
+    "board_resource",
+    "build_image",
+    "measure_image",
+    "measure_view",
+    "pack_project",
+    "unpack_project",
+]

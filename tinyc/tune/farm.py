@@ -15,6 +15,7 @@ own session, so a worker killed with SIGKILL would leave its emulators spinning 
 watchdog notices the worker's death (its stdin pipe closes) and kills the processes the worker had
 started (they carry a marker in their environment).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -30,13 +31,24 @@ import time
 import weakref
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
 
 from distributed import WorkerPlugin
 
 from tinyc.errors import UsageError
-from tinyc.tune.executor import (BuildFailed, BuildFolders, Firmware, Measured, MeasureSpec, board_resource,
-                                 all_workers, build_image, describe, measure_image)
+from tinyc.tune.executor import (
+    BuildFailed,
+    BuildFolders,
+    Firmware,
+    Measured,
+    MeasureSpec,
+    board_resource,
+    all_workers,
+    build_image,
+    describe,
+    measure_image,
+)
 
 #: Seconds over which `tinyc farm status` reports measurements per minute.
 RATE_WINDOW_S = 60.0
@@ -72,8 +84,14 @@ def _start_watchdog() -> subprocess.Popen | None:
     marker = f"{os.getpid()}-{time.time_ns()}"
     os.environ[MARKER_ENV] = marker
     env = {k: v for k, v in os.environ.items() if k != MARKER_ENV}
-    return subprocess.Popen([sys.executable, "-c", _WATCHDOG, marker, MARKER_ENV], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, marker, MARKER_ENV],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
 
 
 class FarmState:
@@ -104,12 +122,16 @@ class FarmState:
         with self._lock:
             if not board.get("emulated"):
                 if not self.ports.get(name):
-                    raise UsageError(f"worker {self.address} declares {board_resource(name)} but has no serial port "
-                                     f"for it: start it with `tinyc worker SCHEDULER --board {name}=PORT`")
+                    raise UsageError(
+                        f"worker {self.address} declares {board_resource(name)} but has no serial port "
+                        f"for it: start it with `tinyc worker SCHEDULER --board {name}=PORT`"
+                    )
                 if not self._free[name]:
-                    raise UsageError(f"worker {self.address}: every port of {name} is busy "
-                                     f"({', '.join(self.ports[name])}) — it declares more {board_resource(name)} "
-                                     "units than it has ports")
+                    raise UsageError(
+                        f"worker {self.address}: every port of {name} is busy "
+                        f"({', '.join(self.ports[name])}) — it declares more {board_resource(name)} "
+                        "units than it has ports"
+                    )
                 port = self._free[name].pop(0)
                 self.busy_ports.add(port)
             self.busy[name] += 1
@@ -140,12 +162,19 @@ class FarmState:
         with self._lock:
             window = min(RATE_WINDOW_S, max(1e-9, now - self.started))
             recent = sum(n for t, n in self.recent if t >= now - RATE_WINDOW_S)
-            return {"ports": {k: list(v) for k, v in self.ports.items()}, "busy": dict(self.busy),
-                    "busy_ports": sorted(self.busy_ports), "measured": self.measured, "batches": self.batches,
-                    "builds": self.builds, "per_minute": recent * 60.0 / window, "uptime_s": now - self.started}
+            return {
+                "ports": {k: list(v) for k, v in self.ports.items()},
+                "busy": dict(self.busy),
+                "busy_ports": sorted(self.busy_ports),
+                "measured": self.measured,
+                "batches": self.batches,
+                "builds": self.builds,
+                "per_minute": recent * 60.0 / window,
+                "uptime_s": now - self.started,
+            }
 
 
-_STATES: "weakref.WeakKeyDictionary[Any, FarmState]" = weakref.WeakKeyDictionary()
+_STATES: weakref.WeakKeyDictionary[Any, FarmState] = weakref.WeakKeyDictionary()
 _STATES_LOCK = threading.Lock()
 
 
@@ -168,9 +197,12 @@ def _check_worker(spec: MeasureSpec, worker: Any) -> None:
     wrong statuses: another tinyc version (other generated code), a missing cross toolchain
     (every candidate a build_error) or a missing QEMU (every candidate a crash)."""
     from tinyc import __version__
+
     if spec.tinyc_version and spec.tinyc_version != __version__:
-        raise UsageError(f"worker {worker.address} runs tinyc {__version__}, the tuning client tinyc "
-                         f"{spec.tinyc_version}: install the same version on every worker")
+        raise UsageError(
+            f"worker {worker.address} runs tinyc {__version__}, the tuning client tinyc "
+            f"{spec.tinyc_version}: install the same version on every worker"
+        )
 
 
 def build_task(spec: MeasureSpec, batch: Any, name: str) -> Firmware | BuildFailed:
@@ -178,13 +210,15 @@ def build_task(spec: MeasureSpec, batch: Any, name: str) -> Firmware | BuildFail
     from distributed import get_worker
 
     from tinyc.tune.measure import make_measurer
+
     worker = get_worker()
     _check_worker(spec, worker)
     prefix = str(spec.board.get("toolchain", {}).get("prefix", ""))
     for tool in ("cmake", f"{prefix}gcc"):
         if shutil.which(tool) is None:
-            raise UsageError(f"worker {worker.address} cannot build firmware for {spec.board['name']}: {tool} "
-                             "is not installed there")
+            raise UsageError(
+                f"worker {worker.address} cannot build firmware for {spec.board['name']}: {tool} is not installed there"
+            )
     state = worker_state(worker)
     measurer = make_measurer(spec.board, spec.target, state.root, **_options(spec))
     image = build_image(measurer, batch, name, state.folders)
@@ -199,6 +233,7 @@ def measure_task(spec: MeasureSpec, image: Firmware | BuildFailed, batch: Any) -
     from distributed import get_worker
 
     from tinyc.tune.measure import make_measurer
+
     if isinstance(image, BuildFailed):
         return image
     worker = get_worker()
@@ -209,8 +244,7 @@ def measure_task(spec: MeasureSpec, image: Firmware | BuildFailed, batch: Any) -
             raise UsageError(f"worker {worker.address} declares {spec.resource} but {qemu} is not installed there")
     state = worker_state(worker)
     with state.board(spec.board) as port:
-        measurer = make_measurer(spec.board, spec.target, state.root, port=port, lost_board="raise",
-                                 **_options(spec))
+        measurer = make_measurer(spec.board, spec.target, state.root, port=port, lost_board="raise", **_options(spec))
         result = measure_image(measurer, image, batch, state.root / "measure")
     result.where = str(worker.address) + (f" {port}" if port else "")
     state.count(len(result.measurements))
@@ -226,6 +260,7 @@ def _options(spec: MeasureSpec) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------- tinyc worker
 
+
 class BoardsPlugin(WorkerPlugin):
     """The serial ports a `tinyc worker` was started with (board name -> ports), available to its
     tasks through `worker_state`; travels to the worker process a nanny starts."""
@@ -236,19 +271,21 @@ class BoardsPlugin(WorkerPlugin):
         self.ports = {k: list(v) for k, v in ports.items()}
 
     def setup(self, worker: Any) -> None:
-        worker_state(worker)   # start the watchdog before the first QEMU
+        worker_state(worker)  # start the watchdog before the first QEMU
 
     def teardown(self, worker: Any) -> None:
         state = _STATES.pop(worker, None)
         if state is not None and state.watchdog is not None and state.watchdog.stdin is not None:
-            state.watchdog.stdin.close()   # the watchdog cleans up and exits
+            state.watchdog.stdin.close()  # the watchdog cleans up and exits
 
 
-def parse_boards(boards: Sequence[str] | None, emulated: Sequence[str] | None,
-                 board_dir: Any = None) -> tuple[dict[str, list[str]], dict[str, float]]:
+def parse_boards(
+    boards: Sequence[str] | None, emulated: Sequence[str] | None, board_dir: Any = None
+) -> tuple[dict[str, list[str]], dict[str, float]]:
     """`--board NAME=PORT` (repeatable) and `--emulated NAME:N` -> (ports per real board, Dask
     resources), each board checked against its definition."""
     from tinyc.targets.boards import load_board
+
     ports: dict[str, list[str]] = {}
     resources: dict[str, float] = {}
     for spec in boards or []:
@@ -257,8 +294,9 @@ def parse_boards(boards: Sequence[str] | None, emulated: Sequence[str] | None,
             raise UsageError(f"--board '{spec}': expected NAME=PORT (e.g. nucleo-f746zg=/dev/ttyACM0)")
         board = load_board(name, board_dir)
         if board.get("emulated"):
-            raise UsageError(f"--board {name}: {name} is emulated (QEMU); declare emulated boards with "
-                             f"--emulated {name}:N")
+            raise UsageError(
+                f"--board {name}: {name} is emulated (QEMU); declare emulated boards with --emulated {name}:N"
+            )
         if board.get("kind") == "host":
             raise UsageError(f"--board {name}: not a microcontroller board")
         if port in ports.get(name, []):
@@ -282,32 +320,48 @@ def parse_boards(boards: Sequence[str] | None, emulated: Sequence[str] | None,
     return ports, resources
 
 
-def run_worker(address: str, ports: Mapping[str, list[str]], resources: Mapping[str, float],
-               nthreads: int | None = None, name: str | None = None, nanny: bool = True,
-               timeout: float = 30.0, announce: Any = print) -> int:
+def run_worker(
+    address: str,
+    ports: Mapping[str, list[str]],
+    resources: Mapping[str, float],
+    nthreads: int | None = None,
+    name: str | None = None,
+    nanny: bool = True,
+    timeout: float = 30.0,
+    announce: Any = print,
+) -> int:
     """Join the farm at `address` with these boards until SIGINT/SIGTERM (or the scheduler goes
     away). Threads default to boards + 1, so every board can measure while one build runs; more
     builders only help with more cores. With `nanny` (default) a worker process that dies is
     restarted by its nanny, boards and all."""
     from distributed import Nanny, Worker
+
     boards = int(sum(resources.values()))
     threads = nthreads or boards + 1
     plugin = BoardsPlugin({k: list(v) for k, v in ports.items()})
 
     async def serve() -> int:
         cls = Nanny if nanny else Worker
-        node = cls(address, nthreads=threads, resources=dict(resources), name=name, plugins=(plugin,),
-                   death_timeout=timeout)
+        node = cls(
+            address, nthreads=threads, resources=dict(resources), name=name, plugins=(plugin,), death_timeout=timeout
+        )
         try:
             await asyncio.wait_for(node.start(), timeout)
         except (OSError, asyncio.TimeoutError, TimeoutError) as exc:
             await node.close()
-            raise UsageError(f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
-                             f"({describe(exc)})") from None
-        held = ", ".join(f"{k[len('board:'):]} x{v:g}" + (f" ({', '.join(ports[k[len('board:'):]])})"
-                         if k[len('board:'):] in ports else " (emulated)") for k, v in resources.items())
-        announce(f"tinyc worker {node.worker_address if nanny else node.address} joined {address}: {held}; "
-                 f"{threads} threads", flush=True)
+            raise UsageError(
+                f"cannot reach the Dask scheduler at {address} within {timeout:g} s ({describe(exc)})"
+            ) from None
+        held = ", ".join(
+            f"{k[len('board:') :]} x{v:g}"
+            + (f" ({', '.join(ports[k[len('board:') :]])})" if k[len("board:") :] in ports else " (emulated)")
+            for k, v in resources.items()
+        )
+        announce(
+            f"tinyc worker {node.worker_address if nanny else node.address} joined {address}: {held}; "
+            f"{threads} threads",
+            flush=True,
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -325,13 +379,26 @@ def run_worker(address: str, ports: Mapping[str, list[str]], resources: Mapping[
 
 # ------------------------------------------------------------------------------------- farm status
 
+
 def _report(dask_worker: Any) -> dict[str, Any] | None:
     """client.run: this worker's FarmState report (None before its first tinyc task)."""
     state = _STATES.get(dask_worker)
     if state is None:
         plugin = (getattr(dask_worker, "plugins", None) or {}).get(PLUGIN_NAME)
-        return {"ports": dict(plugin.ports), "busy": {}, "busy_ports": [], "measured": 0, "batches": 0,
-                "builds": 0, "per_minute": 0.0, "uptime_s": 0.0} if plugin is not None else None
+        return (
+            {
+                "ports": dict(plugin.ports),
+                "busy": {},
+                "busy_ports": [],
+                "measured": 0,
+                "batches": 0,
+                "builds": 0,
+                "per_minute": 0.0,
+                "uptime_s": 0.0,
+            }
+            if plugin is not None
+            else None
+        )
     return state.report()
 
 
@@ -339,11 +406,13 @@ def farm_status(address: str, timeout: float = 10.0) -> dict[str, Any]:
     """Workers of the farm at `address`, their boards (resources ``board:NAME``), busy/idle and
     measurements per minute (over the last RATE_WINDOW_S seconds)."""
     from distributed import Client
+
     try:
         client = Client(address, timeout=timeout, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as exc:
-        raise UsageError(f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
-                         f"({describe(exc)})") from None
+        raise UsageError(
+            f"cannot reach the Dask scheduler at {address} within {timeout:g} s ({describe(exc)})"
+        ) from None
     try:
         info = all_workers(client)
         reports = client.run(_report, on_error="return")
@@ -357,38 +426,74 @@ def farm_status(address: str, timeout: float = 10.0) -> dict[str, Any]:
         for res, units in sorted((w.get("resources") or {}).items()):
             if not res.startswith("board:"):
                 continue
-            bname = res[len("board:"):]
+            bname = res[len("board:") :]
             busy = int((rep.get("busy") or {}).get(bname, 0))
-            boards.append({"board": bname, "units": int(units), "busy": busy, "idle": max(0, int(units) - busy),
-                           "ports": list((rep.get("ports") or {}).get(bname, []))})
-        workers.append({"address": addr, "name": w.get("name"), "nthreads": w.get("nthreads"), "boards": boards,
-                        "measured": int(rep.get("measured", 0)), "batches": int(rep.get("batches", 0)),
-                        "builds": int(rep.get("builds", 0)), "per_minute": float(rep.get("per_minute", 0.0))})
-    return {"scheduler": address, "workers": workers,
-            "per_minute": sum(w["per_minute"] for w in workers),
-            "boards": {b["board"]: sum(x["units"] for w in workers for x in w["boards"] if x["board"] == b["board"])
-                       for w in workers for b in w["boards"]}}
+            boards.append(
+                {
+                    "board": bname,
+                    "units": int(units),
+                    "busy": busy,
+                    "idle": max(0, int(units) - busy),
+                    "ports": list((rep.get("ports") or {}).get(bname, [])),
+                }
+            )
+        workers.append(
+            {
+                "address": addr,
+                "name": w.get("name"),
+                "nthreads": w.get("nthreads"),
+                "boards": boards,
+                "measured": int(rep.get("measured", 0)),
+                "batches": int(rep.get("batches", 0)),
+                "builds": int(rep.get("builds", 0)),
+                "per_minute": float(rep.get("per_minute", 0.0)),
+            }
+        )
+    return {
+        "scheduler": address,
+        "workers": workers,
+        "per_minute": sum(w["per_minute"] for w in workers),
+        "boards": {
+            b["board"]: sum(x["units"] for w in workers for x in w["boards"] if x["board"] == b["board"])
+            for w in workers
+            for b in w["boards"]
+        },
+    }
 
 
 def status_table(status: Mapping[str, Any]) -> str:
     """`tinyc farm status` as text."""
     ws = status["workers"]
     total = ", ".join(f"{k} x{v}" for k, v in sorted(status["boards"].items())) or "no boards"
-    rows = [f"farm {status['scheduler']}: {len(ws)} worker{'s' * (len(ws) != 1)}, {total}; "
-            f"{status['per_minute']:.1f} measurements/min (last {RATE_WINDOW_S:.0f} s)",
-            f"{'worker':<34} {'board':<18} {'units':>5} {'busy':>4} {'idle':>4} {'measured':>8} {'per min':>8}  ports"]
+    rows = [
+        f"farm {status['scheduler']}: {len(ws)} worker{'s' * (len(ws) != 1)}, {total}; "
+        f"{status['per_minute']:.1f} measurements/min (last {RATE_WINDOW_S:.0f} s)",
+        f"{'worker':<34} {'board':<18} {'units':>5} {'busy':>4} {'idle':>4} {'measured':>8} {'per min':>8}  ports",
+    ]
     for w in ws:
         label = str(w["address"]) + (f" ({w['name']})" if w["name"] not in (None, w["address"]) else "")
         if not w["boards"]:
-            rows.append(f"{label:<34} {'(no boards)':<18} {'':>5} {'':>4} {'':>4} {w['measured']:>8} "
-                        f"{w['per_minute']:>8.1f}")
+            rows.append(
+                f"{label:<34} {'(no boards)':<18} {'':>5} {'':>4} {'':>4} {w['measured']:>8} {w['per_minute']:>8.1f}"
+            )
         for i, b in enumerate(w["boards"]):
-            rows.append(f"{label if i == 0 else '':<34} {b['board']:<18} {b['units']:>5} {b['busy']:>4} "
-                        f"{b['idle']:>4} {w['measured'] if i == 0 else '':>8} "
-                        f"{format(w['per_minute'], '.1f') if i == 0 else '':>8}  "
-                        f"{', '.join(b['ports']) or ('emulated' if not b['ports'] else '')}")
+            rows.append(
+                f"{label if i == 0 else '':<34} {b['board']:<18} {b['units']:>5} {b['busy']:>4} "
+                f"{b['idle']:>4} {w['measured'] if i == 0 else '':>8} "
+                f"{format(w['per_minute'], '.1f') if i == 0 else '':>8}  "
+                f"{', '.join(b['ports']) or ('emulated' if not b['ports'] else '')}"
+            )
     return "\n".join(rows)
 
 
-__all__ = ["BoardsPlugin", "FarmState", "build_task", "farm_status", "measure_task", "parse_boards", "run_worker",
-           "status_table", "worker_state"]
+__all__ = [
+    "BoardsPlugin",
+    "FarmState",
+    "build_task",
+    "farm_status",
+    "measure_task",
+    "parse_boards",
+    "run_worker",
+    "status_table",
+    "worker_state",
+]

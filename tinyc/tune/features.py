@@ -6,10 +6,12 @@ independent of a particular layer: problem size in log scale, loop trip counts, 
 accumulators per register tile and how often operands are re-read. Everything is generic over
 knob names, so a new op or knob still yields usable features without touching this module.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 #: ISA extensions that get a 0/1 flag on every candidate (others get one only when present).
 KNOWN_ISA = ("dsp", "mve")
@@ -78,12 +80,17 @@ def _matmul_loops(dims: Mapping[str, int], knobs: Mapping[str, Any], task: Mappi
     n_trips, m_trips = _ceil_div(n, n_tile), _ceil_div(m, m_tile)
     tiles = n_trips * m_trips
     macs = float(task.get("macs", 0))
-    return {"loop_n_trips": _log2(n_trips), "loop_m_trips": _log2(m_trips), "loop_tiles": _log2(tiles),
-            "loop_n_tail": float(n_tile > 0 and n % n_tile != 0), "loop_m_tail": float(m_tile > 0 and m % m_tile != 0),
-            "loop_accumulators": n_tile * m_tile,
-            "loop_macs_per_tile": _log2(macs / tiles) if tiles else 0.0,
-            # each row tile re-reads the whole weight matrix
-            "loop_reread_bytes": _log2(float(task.get("weight_bytes", 0)) * m_trips)}
+    return {
+        "loop_n_trips": _log2(n_trips),
+        "loop_m_trips": _log2(m_trips),
+        "loop_tiles": _log2(tiles),
+        "loop_n_tail": float(n_tile > 0 and n % n_tile != 0),
+        "loop_m_tail": float(m_tile > 0 and m % m_tile != 0),
+        "loop_accumulators": n_tile * m_tile,
+        "loop_macs_per_tile": _log2(macs / tiles) if tiles else 0.0,
+        # each row tile re-reads the whole weight matrix
+        "loop_reread_bytes": _log2(float(task.get("weight_bytes", 0)) * m_trips),
+    }
 
 
 def candidate_features(task: Mapping[str, Any], knobs: Mapping[str, Any], board: Mapping[str, Any]) -> dict[str, float]:

@@ -6,6 +6,7 @@ fsync'ed on its own the moment it exists, the file is never rewritten, and the r
 half-written line instead of losing the whole log. A record names the board and the task key, so
 one log can hold many models and boards and prime the cost model for new ones.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,11 +15,23 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 #: Fields a record carries (extra fields are kept as they are).
-RECORD_FIELDS = ("board", "target", "key", "op", "knobs", "cycles", "status", "units", "repeats",
-                 "tinyc_version", "time")
+RECORD_FIELDS = (
+    "board",
+    "target",
+    "key",
+    "op",
+    "knobs",
+    "cycles",
+    "status",
+    "units",
+    "repeats",
+    "tinyc_version",
+    "time",
+)
 #: Outcomes of measuring a candidate; each one is final (the candidate is never measured again).
 FINAL_STATUSES = ("ok", "wrong", "crash", "timeout", "build_error", "skipped")
 #: "lost": the candidate's batch lost its board or farm worker on every try (tinyc/tune/executor.py):
@@ -34,8 +47,7 @@ _BOM = b"\xef\xbb\xbf"
 #: (and would overflow float conversions later on).
 _MAX_INT_DIGITS = 20
 #: Fields that are strings when present, and the types of the other typed fields.
-_STR_FIELDS = ("board", "key", "status", "op", "target", "units", "detail", "model", "tinyc_version",
-               "measured_on")
+_STR_FIELDS = ("board", "key", "status", "op", "target", "units", "detail", "model", "tinyc_version", "measured_on")
 _DICT_FIELDS = ("knobs", "task", "board_info")
 _NUMBER_FIELDS = ("time", "scratch_bytes")
 
@@ -97,8 +109,11 @@ def _check(record: Mapping[str, Any]) -> str | None:
     if record["status"] == "ok" and not cycles:
         return "an ok record needs cycles > 0"
     repeats = record.get("repeats")
-    if repeats is not None and not _is_number(repeats) and not (
-            isinstance(repeats, list) and all(_is_number(x) for x in repeats)):
+    if (
+        repeats is not None
+        and not _is_number(repeats)
+        and not (isinstance(repeats, list) and all(_is_number(x) for x in repeats))
+    ):
         return f"repeats {_short(repeats)} is not a number or a list of numbers"
     return None
 
@@ -125,13 +140,14 @@ def _parse_line(raw: bytes) -> Any:
         raise ValueError(f"not UTF-8: byte 0x{raw[exc.start]:02x} at column {exc.start + 1}") from None
     except RecursionError:
         raise ValueError("nested too deeply") from None
-    except ValueError as exc:   # json.JSONDecodeError, and int() past Python's digit limit
+    except ValueError as exc:  # json.JSONDecodeError, and int() past Python's digit limit
         raise ValueError(f"{exc.__class__.__name__}: {str(exc)[:200]}") from None
 
 
 def _read_log(path: Path) -> bytes:
     """The log file's bytes (b"" when it does not exist); UsageError when `path` cannot be a log."""
     from tinyc.errors import UsageError
+
     check_log_path(path)
     try:
         return path.read_bytes()
@@ -145,6 +161,7 @@ def check_log_path(path: str | os.PathLike) -> None:
     """Fail early, with one clear message, when `path` cannot be a tuning log: a directory, or
     a file in a folder that cannot be made."""
     from tinyc.errors import UsageError
+
     p = Path(path)
     if p.is_dir():
         raise UsageError(f"tuning log {p} is a directory; give the path of a file (e.g. {p / 'tune.jsonl'})")
@@ -167,7 +184,7 @@ def load_records(path: str | os.PathLike, lines_out: list[int] | None = None) ->
     path = Path(path)
     data = _read_log(path)
     if data.startswith(_BOM):
-        data = data[len(_BOM):]
+        data = data[len(_BOM) :]
     records: list[dict] = []
     lines = data.split(b"\n")
     last = max((n for n, raw in enumerate(lines, start=1) if raw.strip()), default=0)
@@ -215,8 +232,9 @@ class TuningLog:
             why = problem(r["knobs"]) if r["key"] == key and r["board"] == board else None
             if why:
                 line = self.line_of(r)
-                warnings.warn(f"{self.path}: skipping record on line {line if line else '?'} for {key} ({why})",
-                              stacklevel=2)
+                warnings.warn(
+                    f"{self.path}: skipping record on line {line if line else '?'} for {key} ({why})", stacklevel=2
+                )
                 dropped += 1
             else:
                 kept.append(r)
@@ -241,12 +259,14 @@ class TuningLog:
         if "tinyc_version" not in full:
             # imported here: tinyc's package init may itself import the tuner
             from tinyc import __version__
+
             full["tinyc_version"] = __version__
         line = json.dumps(full, default=_jsonable, allow_nan=False, separators=(",", ":")) + "\n"
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         except IsADirectoryError:
             from tinyc.errors import UsageError
+
             raise UsageError(f"tuning log {self.path} is a directory; give the path of a file") from None
         try:
             size = os.fstat(fd).st_size
@@ -254,7 +274,7 @@ class TuningLog:
                 line = "\n" + line
             data = line.encode("utf-8")
             while data:
-                data = data[os.write(fd, data):]
+                data = data[os.write(fd, data) :]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -262,15 +282,15 @@ class TuningLog:
 
     def records(self, board: str | None = None, key: str | None = None) -> list[dict]:
         """Records in file order, optionally only those of one board and/or one task key."""
-        return [r for r in self._records
-                if (board is None or r["board"] == board) and (key is None or r["key"] == key)]
+        return [r for r in self._records if (board is None or r["board"] == board) and (key is None or r["key"] == key)]
 
     def measured(self, board: str, key: str) -> set[str]:
         """knobs_id of every candidate already tried for (board, key), whatever the outcome:
         a crash or a wrong result is as final as a timing, and retrying it wastes board time.
         A lost batch (`is_lost`) says nothing about its candidates: they are not measured."""
-        return {knobs_id(r["knobs"]) for r in self.records(board, key)
-                if r["status"] in FINAL_STATUSES and not is_lost(r)}
+        return {
+            knobs_id(r["knobs"]) for r in self.records(board, key) if r["status"] in FINAL_STATUSES and not is_lost(r)
+        }
 
     def lost(self, board: str, key: str) -> list[dict[str, Any]]:
         """Knobs of the candidates of (board, key) whose every record is a lost batch (in file

@@ -7,6 +7,7 @@ device session (fault report over the link, or the host's timeout): the board is
 (emulator) or reflashed, and the batch goes on with the next candidate. The host runner does the
 same with a child process, so a crashing kernel cannot take the tuner down.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,8 @@ import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -31,8 +33,8 @@ from tinyc.tune.bench import Batch, Candidate, write_board_batch, write_host_bat
 @dataclass
 class Measurement:
     candidate: Candidate
-    status: str                      # ok | wrong | crash | timeout | build_error
-    cycles: float | None = None      # median, in `units`
+    status: str  # ok | wrong | crash | timeout | build_error
+    cycles: float | None = None  # median, in `units`
     repeats: list[float] = field(default_factory=list)
     detail: str = ""
 
@@ -44,18 +46,23 @@ def _check(batch: Batch, j: int, data: bytes) -> str | None:
     """None when candidate j's outputs equal the golden outputs (integers bit for bit, floats within
     1e-4 of the output's scale), else what differs."""
     for (off, n, dtype, shape), want in zip(batch.output_slices[j], batch.expected[j]):
-        got = np.frombuffer(data[off - batch.output_slices[j][0][0]:][:n], dtype=np.dtype(dtype).newbyteorder("<"))
+        got = np.frombuffer(data[off - batch.output_slices[j][0][0] :][:n], dtype=np.dtype(dtype).newbyteorder("<"))
         got = got.astype(np.dtype(dtype)).reshape(shape)
-        if got.dtype.kind == "f":   # float kernels may sum in another order: onnxruntime-style tolerance
+        if got.dtype.kind == "f":  # float kernels may sum in another order: onnxruntime-style tolerance
             close = compare_float(got, want)
             if close.ok:
                 continue
-            return (f"{close.mismatches} of {got.size} output values differ from the golden model beyond tolerance "
-                    f"(max |diff| {close.max_abs_diff:.3g})")
+            return (
+                f"{close.mismatches} of {got.size} output values differ from the golden model beyond tolerance "
+                f"(max |diff| {close.max_abs_diff:.3g})"
+            )
         if not np.array_equal(got, want):
             bad = int(np.count_nonzero(got != want))
-            diff = int(np.max(np.abs(got.astype(np.int64) - want.astype(np.int64)))) if got.dtype.kind in "iu" else \
-                float(np.max(np.abs(got - want)))
+            diff = (
+                int(np.max(np.abs(got.astype(np.int64) - want.astype(np.int64))))
+                if got.dtype.kind in "iu"
+                else float(np.max(np.abs(got - want)))
+            )
             return f"{bad} of {got.size} output values differ from the golden model (max |diff| {diff})"
     return None
 
@@ -83,12 +90,21 @@ class BoardUnavailable(DeviceError):
 class BoardMeasurer:
     """Candidates on a board (emulated or real) over the serial harness."""
 
-    def __init__(self, board: Mapping[str, Any], target: str, work_dir: Path, repeat: int | None = None,
-                 run_timeout: float = 10.0, port: str | None = None, lost_board: str = "record") -> None:
+    def __init__(
+        self,
+        board: Mapping[str, Any],
+        target: str,
+        work_dir: Path,
+        repeat: int | None = None,
+        run_timeout: float = 10.0,
+        port: str | None = None,
+        lost_board: str = "record",
+    ) -> None:
         """`lost_board`: what two failed session starts in a row mean — "record" (one board: the
         rest of the batch is logged as crashes) or "raise" (a farm: BoardUnavailable, the batch
         goes to another board)."""
         from tinyc.device.runner import counter_units
+
         if lost_board not in ("record", "raise"):
             raise ValueError(f"lost_board must be 'record' or 'raise', got {lost_board!r}")
         self.board, self.target, self.work_dir = dict(board), target, Path(work_dir)
@@ -104,6 +120,7 @@ class BoardMeasurer:
         configuration and the runtime's objects stay built, only the model sources are recompiled;
         parallel builds pass one folder per builder (tinyc.tune.executor.BuildFolders)."""
         from tinyc.targets.board import build_board_project
+
         out = Path(out) if out is not None else self.work_dir / "candidates"
         write_board_batch(batch, out, self.board, self.target)
         build_board_project(out, progress=False)
@@ -112,13 +129,17 @@ class BoardMeasurer:
 
     def measure(self, batch: Batch, project: Path, on_result: OnResult) -> list[Measurement]:
         from tinyc.device.runner import connect, pack_inputs, _project
+
         _, manifest, _ = _project(project)
         payload = pack_inputs(manifest, {s["name"]: batch.inputs[s["name"]] for s in manifest["inputs"]})
         pending = list(range(len(batch.candidates)))
         results: list[Measurement] = []
         failed_sessions = 0
-        expected_crc = [zlib.crc32(b"".join(np.ascontiguousarray(w.astype(w.dtype.newbyteorder("<"))).tobytes()
-                                            for w in want)) & 0xFFFFFFFF for want in batch.expected]
+        expected_crc = [
+            zlib.crc32(b"".join(np.ascontiguousarray(w.astype(w.dtype.newbyteorder("<"))).tobytes() for w in want))
+            & 0xFFFFFFFF
+            for want in batch.expected
+        ]
 
         def done(m: Measurement) -> None:
             results.append(m)
@@ -136,7 +157,7 @@ class BoardMeasurer:
                             ticks = dev.client.run_layer(j, self.repeat)
                             off, n = _span(batch, j)
                             wrong = None
-                            if dev.client.output_crc(off, n) != expected_crc[j]:   # then read it to say what differs
+                            if dev.client.output_crc(off, n) != expected_crc[j]:  # then read it to say what differs
                                 wrong = _check(batch, j, dev.client.read_output(off, n)) or "output CRC differs"
                         except DeviceError as exc:
                             pending.pop(0)
@@ -144,17 +165,22 @@ class BoardMeasurer:
                             raise _Restart() from None
                         pending.pop(0)
                         counts = [dev.units.convert(t) for t in ticks]
-                        done(Measurement(cand, "wrong" if wrong else "ok", statistics.median(counts), counts,
-                                         wrong or ""))
+                        done(
+                            Measurement(
+                                cand, "wrong" if wrong else "ok", statistics.median(counts), counts, wrong or ""
+                            )
+                        )
             except _Restart:
                 continue
             except DeviceError as exc:
                 failed_sessions += 1
                 if failed_sessions >= 2 and self.lost_board == "raise":
-                    raise BoardUnavailable(f"{self.board['name']}"
-                                           f"{' on ' + self.port if self.port else ''}: two sessions in a row "
-                                           f"failed to start: {str(exc).splitlines()[0][:300]}") from None
-                if failed_sessions >= 2:   # the firmware itself cannot start: the rest of the batch fails
+                    raise BoardUnavailable(
+                        f"{self.board['name']}"
+                        f"{' on ' + self.port if self.port else ''}: two sessions in a row "
+                        f"failed to start: {str(exc).splitlines()[0][:300]}"
+                    ) from None
+                if failed_sessions >= 2:  # the firmware itself cannot start: the rest of the batch fails
                     for j in pending:
                         done(Measurement(batch.candidates[j], "crash", detail=f"session failed: {exc}"[:300]))
                     pending = []
@@ -184,9 +210,16 @@ for j in spec["candidates"]:
 class HostMeasurer:
     """Candidates as a host shared library, timed in a child process (median of `repeat` runs)."""
 
-    def __init__(self, work_dir: Path, repeat: int = 15, warmup: int = 2, cflags: str | None = None,
-                 timeout: float = 60.0) -> None:
-        self.work_dir, self.repeat, self.warmup, self.cflags, self.timeout = Path(work_dir), repeat, warmup, cflags, timeout
+    def __init__(
+        self, work_dir: Path, repeat: int = 15, warmup: int = 2, cflags: str | None = None, timeout: float = 60.0
+    ) -> None:
+        self.work_dir, self.repeat, self.warmup, self.cflags, self.timeout = (
+            Path(work_dir),
+            repeat,
+            warmup,
+            cflags,
+            timeout,
+        )
         self.units = "ns"
         self.target = "host"
         self.board = {"name": "host", "cpu": {"core": "host"}}
@@ -195,6 +228,7 @@ class HostMeasurer:
     def prepare(self, batch: Batch, name: str, out: Path | None = None) -> Path:
         """Write and build the batch's shared library into `out` (default `work_dir/candidates`)."""
         from tinyc.targets import host
+
         out = Path(out) if out is not None else self.work_dir / "candidates"
         write_host_batch(batch, out, self.cflags)
         host.build(out)
@@ -203,20 +237,41 @@ class HostMeasurer:
 
     def measure(self, batch: Batch, project: Path, on_result: OnResult) -> list[Measurement]:
         from tinyc.targets import host
+
         manifest = host.load_manifest(project)
         lib = host.library_path(project, manifest)
-        inputs = [(np.ascontiguousarray(batch.inputs[s["name"]]).tobytes().hex(), s["dtype"]) for s in manifest["inputs"]]
+        inputs = [
+            (np.ascontiguousarray(batch.inputs[s["name"]]).tobytes().hex(), s["dtype"]) for s in manifest["inputs"]
+        ]
         sizes = [int(np.prod(s["shape"], dtype=np.int64)) * np.dtype(s["dtype"]).itemsize for s in manifest["outputs"]]
         counts = [len(sl) for sl in batch.output_slices]
         first = [sum(counts[:j]) for j in range(len(counts))]
-        base = {"inputs": inputs, "output_bytes": sizes, "repeat": self.repeat, "warmup": self.warmup,
-                "first": first, "last": [f + c for f, c in zip(first, counts)]}
-        return measure_in_child([sys.executable, "-c", _HOST_WORKER, str(lib)], base, batch, on_result,
-                                self.timeout, lambda rec: b"".join(bytes.fromhex(h) for h in rec["out"]))
+        base = {
+            "inputs": inputs,
+            "output_bytes": sizes,
+            "repeat": self.repeat,
+            "warmup": self.warmup,
+            "first": first,
+            "last": [f + c for f, c in zip(first, counts)],
+        }
+        return measure_in_child(
+            [sys.executable, "-c", _HOST_WORKER, str(lib)],
+            base,
+            batch,
+            on_result,
+            self.timeout,
+            lambda rec: b"".join(bytes.fromhex(h) for h in rec["out"]),
+        )
 
 
-def measure_in_child(argv: list[str], base_spec: Mapping[str, Any], batch: Batch, on_result: OnResult,
-                     timeout: float, output_of: Callable[[dict[str, Any]], bytes]) -> list[Measurement]:
+def measure_in_child(
+    argv: list[str],
+    base_spec: Mapping[str, Any],
+    batch: Batch,
+    on_result: OnResult,
+    timeout: float,
+    output_of: Callable[[dict[str, Any]], bytes],
+) -> list[Measurement]:
     """Run a worker process over the batch's candidates: it prints one JSON line per candidate
     ({"j", "ns", ...}; `output_of` gets the output bytes from it). A candidate that kills the
     worker is a crash, one that gives no line within `timeout` a timeout; a fresh worker goes
@@ -227,7 +282,7 @@ def measure_in_child(argv: list[str], base_spec: Mapping[str, Any], batch: Batch
         spec = dict(base_spec, candidates=pending)
         seen, timed_out = _run_worker(argv, spec, batch, results, on_result, timeout, output_of)
         pending = pending[seen:]
-        if pending and not timed_out:   # the child died inside pending[0]
+        if pending and not timed_out:  # the child died inside pending[0]
             j = pending.pop(0)
             m = Measurement(batch.candidates[j], "crash", detail="the process running it died")
             results.append(m)
@@ -235,16 +290,24 @@ def measure_in_child(argv: list[str], base_spec: Mapping[str, Any], batch: Batch
     return results
 
 
-def _run_worker(argv: list[str], spec: dict[str, Any], batch: Batch, results: list[Measurement],
-                on_result: OnResult, timeout: float, output_of: Callable[[dict[str, Any]], bytes]) -> tuple[int, bool]:
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True, env=dict(os.environ))
+def _run_worker(
+    argv: list[str],
+    spec: dict[str, Any],
+    batch: Batch,
+    results: list[Measurement],
+    on_result: OnResult,
+    timeout: float,
+    output_of: Callable[[dict[str, Any]], bytes],
+) -> tuple[int, bool]:
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=dict(os.environ)
+    )
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(json.dumps(spec) + "\n")
     proc.stdin.close()
     seen = 0
     timed_out = False
-    lines: "queue.Queue[str | None]" = queue.Queue()
+    lines: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:
         assert proc.stdout is not None
@@ -257,7 +320,7 @@ def _run_worker(argv: list[str], spec: dict[str, Any], batch: Batch, results: li
         while True:
             try:
                 line = lines.get(timeout=timeout)
-            except queue.Empty:       # a hung candidate: no result within the timeout
+            except queue.Empty:  # a hung candidate: no result within the timeout
                 proc.kill()
                 j = spec["candidates"][seen]
                 m = Measurement(batch.candidates[j], "timeout", detail=f"no result within {timeout:.0f} s")
@@ -272,8 +335,13 @@ def _run_worker(argv: list[str], spec: dict[str, Any], batch: Batch, results: li
             j = rec["j"]
             data = output_of(rec)
             wrong = _check(batch, j, data) if data else "no output"
-            m = Measurement(batch.candidates[j], "wrong" if wrong else "ok", float(statistics.median(rec["ns"])),
-                            [float(t) for t in rec["ns"]], wrong or "")
+            m = Measurement(
+                batch.candidates[j],
+                "wrong" if wrong else "ok",
+                float(statistics.median(rec["ns"])),
+                [float(t) for t in rec["ns"]],
+                wrong or "",
+            )
             results.append(m)
             on_result(m)
             seen += 1
@@ -308,10 +376,18 @@ class OpenCLMeasurer:
     `repeat` after `warmup`) in a child process on the chosen device, outputs checked against the
     golden model like every other target (int8 bit for bit)."""
 
-    def __init__(self, work_dir: Path, device: str | None = None, repeat: int = 10, warmup: int = 2,
-                 timeout: float = 120.0) -> None:
+    def __init__(
+        self, work_dir: Path, device: str | None = None, repeat: int = 10, warmup: int = 2, timeout: float = 120.0
+    ) -> None:
         from tinyc.targets.opencl_profile import device_name
-        self.work_dir, self.device, self.repeat, self.warmup, self.timeout = Path(work_dir), device, repeat, warmup, timeout
+
+        self.work_dir, self.device, self.repeat, self.warmup, self.timeout = (
+            Path(work_dir),
+            device,
+            repeat,
+            warmup,
+            timeout,
+        )
         self.device_name = device_name(device)
         self.units = "ns"
         self.target = "opencl"
@@ -323,6 +399,7 @@ class OpenCLMeasurer:
         program once here, so a kernel that does not compile is a BuildError with the driver's log
         (the worker's build is then a cache hit for drivers that cache binaries, as PoCL does)."""
         from tinyc.targets.opencl import OpenCLModel
+
         out = Path(out) if out is not None else self.work_dir / "candidates"
         write_opencl_batch(batch, out)
         OpenCLModel(out, device=self.device)
@@ -331,21 +408,43 @@ class OpenCLMeasurer:
 
     def measure(self, batch: Batch, project: Path, on_result: OnResult) -> list[Measurement]:
         from tinyc.targets.host import load_manifest
+
         manifest = load_manifest(project)
         spec = manifest["opencl"]
-        np.savez(project / "batch_inputs.npz", **{s["name"]: np.asarray(batch.inputs[s["name"]])
-                                                  for s in manifest["inputs"]})
+        np.savez(
+            project / "batch_inputs.npz", **{s["name"]: np.asarray(batch.inputs[s["name"]]) for s in manifest["inputs"]}
+        )
         counts = [len(sl) for sl in batch.output_slices]
         first = [sum(counts[:j]) for j in range(len(counts))]
         n = len(batch.candidates)
-        positions = [[p for p, k in enumerate(spec["kernels"]) if str(k["name"]).startswith(f"cand{j}:")] for j in range(n)]
+        positions = [
+            [p for p, k in enumerate(spec["kernels"]) if str(k["name"]).startswith(f"cand{j}:")] for j in range(n)
+        ]
         places = spec["outputs"]
-        outputs = [[(int(places[i]["offset"]), int(places[i]["bytes"]), places[i].get("buffer", "arena"))
-                    for i in range(first[j], first[j] + counts[j])] for j in range(n)]
-        base = {"dir": str(project), "device": self.device, "inputs": str(project / "batch_inputs.npz"),
-                "positions": positions, "outputs": outputs, "warmup": self.warmup, "repeat": self.repeat}
-        return measure_in_child([sys.executable, "-c", _OPENCL_WORKER], base, batch, on_result, self.timeout,
-                                lambda rec: Path(rec["out"]).read_bytes())
+        outputs = [
+            [
+                (int(places[i]["offset"]), int(places[i]["bytes"]), places[i].get("buffer", "arena"))
+                for i in range(first[j], first[j] + counts[j])
+            ]
+            for j in range(n)
+        ]
+        base = {
+            "dir": str(project),
+            "device": self.device,
+            "inputs": str(project / "batch_inputs.npz"),
+            "positions": positions,
+            "outputs": outputs,
+            "warmup": self.warmup,
+            "repeat": self.repeat,
+        }
+        return measure_in_child(
+            [sys.executable, "-c", _OPENCL_WORKER],
+            base,
+            batch,
+            on_result,
+            self.timeout,
+            lambda rec: Path(rec["out"]).read_bytes(),
+        )
 
 
 def make_measurer(board: Mapping[str, Any] | None, target: str, work_dir: Path, **options: Any) -> Any:
@@ -360,5 +459,12 @@ def make_measurer(board: Mapping[str, Any] | None, target: str, work_dir: Path, 
     return BoardMeasurer(board, target, work_dir, **keep)
 
 
-__all__ = ["BoardMeasurer", "BoardUnavailable", "HostMeasurer", "OpenCLMeasurer", "Measurement", "make_measurer",
-           "BuildError"]
+__all__ = [
+    "BoardMeasurer",
+    "BoardUnavailable",
+    "HostMeasurer",
+    "OpenCLMeasurer",
+    "Measurement",
+    "make_measurer",
+    "BuildError",
+]

@@ -6,11 +6,13 @@ spaces need not be predicted exhaustively) but keeps a small random share (epsil
 a model trained on few samples is confidently wrong in places, and only measurements it did
 not ask for can correct that.
 """
+
 from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -53,7 +55,7 @@ def _epsilon_count(n: int, epsilon: float) -> int:
 class _Scorer:
     """Predicted log cycles per candidate id, each predicted once (the walk revisits points)."""
 
-    def __init__(self, model: "CostModel", task: Mapping, board: Mapping, by_id: Mapping[str, dict]) -> None:
+    def __init__(self, model: CostModel, task: Mapping, board: Mapping, by_id: Mapping[str, dict]) -> None:
         self.model, self.task, self.board, self.by_id = model, task, board, by_id
         self.scores: dict[str, float] = {}
 
@@ -101,8 +103,9 @@ class _Neighbours:
         return self._cache[ident]
 
 
-def _anneal(candidates: Sequence[tuple[str, dict]], scorer: _Scorer, rng: np.random.Generator,
-            n_walkers: int, steps: int) -> None:
+def _anneal(
+    candidates: Sequence[tuple[str, dict]], scorer: _Scorer, rng: np.random.Generator, n_walkers: int, steps: int
+) -> None:
     """Simulated annealing over the space; every point visited ends up scored in `scorer`.
 
     Walkers start at the best-predicted points of a random sample (exploit) and at random
@@ -133,9 +136,17 @@ def _anneal(candidates: Sequence[tuple[str, dict]], scorer: _Scorer, rng: np.ran
                 walkers[j], current[j] = moves[j], new
 
 
-def model_proposals(space: Sequence[Mapping], exclude: set[str], n: int, model: "CostModel", task: Mapping,
-                    board: Mapping, rng: np.random.Generator, epsilon: float = 0.1,
-                    anneal_steps: int = 200) -> list[dict]:
+def model_proposals(
+    space: Sequence[Mapping],
+    exclude: set[str],
+    n: int,
+    model: CostModel,
+    task: Mapping,
+    board: Mapping,
+    rng: np.random.Generator,
+    epsilon: float = 0.1,
+    anneal_steps: int = 200,
+) -> list[dict]:
     """n distinct unmeasured candidates: the model's best-predicted first, then ~epsilon*n random
     ones (at least one when n >= 4 and epsilon > 0). Random while the model is untrained.
 
@@ -164,14 +175,14 @@ def model_proposals(space: Sequence[Mapping], exclude: set[str], n: int, model: 
         if len(ranked) < need:  # the walk saw too few unmeasured points: score some more
             seen = set(ranked)
             rest = [i for i in unmeasured if i not in seen]
-            extra = [rest[j] for j in rng.permutation(len(rest))[:4 * (need - len(ranked))]]
+            extra = [rest[j] for j in rng.permutation(len(rest))[: 4 * (need - len(ranked))]]
             ranked = scorer.rank(ranked + extra)
-    picks = ranked[:n - n_random]
+    picks = ranked[: n - n_random]
     chosen = set(picks)
     rest = [i for i in unmeasured if i not in chosen]
     explore = [rest[j] for j in rng.permutation(len(rest))[:n_random]]
     picks += explore
     if len(picks) < n:  # nothing left to explore with: fill up with the model's next best
         chosen.update(explore)
-        picks += [i for i in ranked if i not in chosen][:n - len(picks)]
+        picks += [i for i in ranked if i not in chosen][: n - len(picks)]
     return [dict(by_id[i]) for i in picks]

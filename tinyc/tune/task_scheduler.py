@@ -5,14 +5,16 @@ same relative speed-up saves forty times as much. So trials go to tasks in propo
 share of the total cycles, with a floor so every layer is tried at least once, and a cap at the
 number of candidates a task still has unmeasured (what a small space cannot use goes to others).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 
 def _water_fill(weights: dict[str, float], lo: dict[str, int], hi: dict[str, float], total: int) -> dict[str, float]:
     """Real shares a_k = clip(lam * w_k, lo_k, hi_k) summing to total (sum(lo) <= total < sum(hi))."""
+
     def filled(lam: float) -> float:
         return sum(min(max(lam * weights[k], lo[k]), hi[k]) for k in weights)
 
@@ -28,8 +30,13 @@ def _water_fill(weights: dict[str, float], lo: dict[str, int], hi: dict[str, flo
     return {k: min(max(high * weights[k], lo[k]), hi[k]) for k in weights}
 
 
-def allocate(weights: Mapping[str, float], total: int, minimum: int = 1, measured: Mapping[str, int] | None = None,
-             space_sizes: Mapping[str, int] | None = None) -> dict[str, int]:
+def allocate(
+    weights: Mapping[str, float],
+    total: int,
+    minimum: int = 1,
+    measured: Mapping[str, int] | None = None,
+    space_sizes: Mapping[str, int] | None = None,
+) -> dict[str, int]:
     """Trials per task key: proportional to weight, at least `minimum` each when `total` allows,
     never more than a key's unmeasured candidates (space size - measured), leftovers
     redistributed by weight. The counts sum to at most `total` (less only when every key is

@@ -9,13 +9,15 @@ The space is every combination of the op's knob values that the target's ISA can
 (``OpDef.knob_isa``), canonicalised (``OpDef.canonical_schedule`` drops knobs a variant ignores)
 and without candidates whose scratch would push the arena over the RAM budget: those are never built.
 """
+
 from __future__ import annotations
 
 import hashlib
 import itertools
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -30,13 +32,13 @@ class Task:
 
     key: str
     op: str
-    nodes: list[str]                      # tinyc node names sharing this key (first is measured)
-    sources: list[str]                    # their ONNX node names, for tables
-    info: dict[str, Any]                  # op, macs, dims, in/out/weight bytes: cost-model features
+    nodes: list[str]  # tinyc node names sharing this key (first is measured)
+    sources: list[str]  # their ONNX node names, for tables
+    info: dict[str, Any]  # op, macs, dims, in/out/weight bytes: cost-model features
     space: list[dict[str, Any]]
     default: dict[str, Any]
     dropped_for_memory: int = 0
-    scratch: dict[str, int] = field(default_factory=dict)   # knobs_id -> scratch bytes
+    scratch: dict[str, int] = field(default_factory=dict)  # knobs_id -> scratch bytes
 
     @property
     def count(self) -> int:
@@ -63,7 +65,7 @@ def _key_knobs(opdef: Any, node: Node, graph: Graph) -> dict[str, list[Any]]:
     knobs = {}
     for k, values in opdef.knobs(node, graph).items():
         kept = [v for v in values if opdef.knob_isa(k, v) != "opencl"]
-        if len(kept) == len(values) or len(kept) > 1:   # else an OpenCL-only knob (vec, local_mem)
+        if len(kept) == len(values) or len(kept) > 1:  # else an OpenCL-only knob (vec, local_mem)
             knobs[k] = kept
     return knobs
 
@@ -93,10 +95,14 @@ def task_info(node: Node, graph: Graph) -> dict[str, Any]:
         dims = {f"d{i}": int(d) for i, d in enumerate(graph.tensor(node.outputs[0]).shape)}
     consts = [graph.tensor(i) for i in node.inputs if i and graph.tensor(i).is_constant]
     acts = [graph.tensor(i) for i in node.inputs if i and not graph.tensor(i).is_constant]
-    return {"op": node.op, "macs": int(opdef.macs(node, graph)), "dims": dims,
-            "in_bytes": int(sum(t.nbytes for t in acts)),
-            "out_bytes": int(sum(graph.tensor(o).nbytes for o in node.outputs if o)),
-            "weight_bytes": int(sum(t.nbytes for t in consts))}
+    return {
+        "op": node.op,
+        "macs": int(opdef.macs(node, graph)),
+        "dims": dims,
+        "in_bytes": int(sum(t.nbytes for t in acts)),
+        "out_bytes": int(sum(graph.tensor(o).nbytes for o in node.outputs if o)),
+        "weight_bytes": int(sum(t.nbytes for t in consts)),
+    }
 
 
 def _same_value(a: Any, b: Any) -> bool:
@@ -114,8 +120,9 @@ def drop_unoffered_records(log: Any, board: str, key: str, node: Node, graph: Gr
     log.drop_invalid_knobs(board, key, lambda knobs: knobs_problem(knobs, legal, opdef, target))
 
 
-def knobs_problem(knobs: Mapping[str, Any], legal: Mapping[str, list[Any]], opdef: Any = None,
-                  target: str | None = None) -> str | None:
+def knobs_problem(
+    knobs: Mapping[str, Any], legal: Mapping[str, list[Any]], opdef: Any = None, target: str | None = None
+) -> str | None:
     """Why `knobs` (from a tuning log: outside input) is not a schedule the op offers, or None.
     `legal` is ``OpDef.knobs(node, graph)``; with `opdef` and `target`, a value the target's ISA
     cannot run (``knob_allowed``) is refused too. Keys starting with "_" are derived numbers, not
@@ -150,12 +157,18 @@ def schedule_space(node: Node, graph: Graph, target: str) -> list[dict[str, Any]
     return space
 
 
-def extract_tasks(graph: Graph, target: str, defaults: Mapping[str, Mapping[str, Any]],
-                  arena_bytes: int | None = None, ram_budget: int | None = None) -> list[Task]:
+def extract_tasks(
+    graph: Graph,
+    target: str,
+    defaults: Mapping[str, Mapping[str, Any]],
+    arena_bytes: int | None = None,
+    ram_budget: int | None = None,
+) -> list[Task]:
     """The graph's tasks in execution order of their first layer. With a RAM budget, a candidate
     whose scratch exceeds the default's by more than the budget leaves (budget - planned arena)
     is dropped: the arena can grow by at most that much (a bound: the planner may fit it in less)."""
     from tinyc.tune.log import knobs_id
+
     tasks: dict[str, Task] = {}
     for node in graph.nodes:
         opdef = get_op(node.op)
@@ -177,6 +190,15 @@ def extract_tasks(graph: Graph, target: str, defaults: Mapping[str, Mapping[str,
             kept = [c for c in space if scratch[knobs_id(c)] <= room or c == default]
             dropped = len(space) - len(kept)
             space = kept
-        tasks[key] = Task(key, node.op, [node.name], [node.source or node.name], task_info(node, graph),
-                          space, default, dropped, scratch)
+        tasks[key] = Task(
+            key,
+            node.op,
+            [node.name],
+            [node.source or node.name],
+            task_info(node, graph),
+            space,
+            default,
+            dropped,
+            scratch,
+        )
     return list(tasks.values())

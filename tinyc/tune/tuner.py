@@ -16,6 +16,7 @@
    writer), the model refit and the next batch proposed, never repeating a candidate in flight.
    With one job this is the sequential loop: build, measure, record, refit, propose.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,7 +25,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -57,15 +59,15 @@ class TuneResult:
     units: str
     log: Path
     tasks: list[TaskResult]
-    trials: int                      # new measurements this run
+    trials: int  # new measurements this run
     failures: dict[str, int] = field(default_factory=dict)
     builds: int = 0
     wall_s: float = 0.0
     measure_s: float = 0.0
-    history: list[tuple[int, float]] = field(default_factory=list)   # (trial number, best total so far)
-    build_s: float = 0.0             # summed over builds (they may overlap)
-    executor: str = ""               # where batches ran
-    retried: int = 0                 # batches submitted again after losing their worker
+    history: list[tuple[int, float]] = field(default_factory=list)  # (trial number, best total so far)
+    build_s: float = 0.0  # summed over builds (they may overlap)
+    executor: str = ""  # where batches ran
+    retried: int = 0  # batches submitted again after losing their worker
 
     @property
     def default_total(self) -> float:
@@ -83,11 +85,16 @@ class TuneResult:
 def board_features(board: Mapping[str, Any] | None, target: str, name: str = "host") -> dict[str, Any]:
     """What the cost model knows of the machine (stored in every record, for transfer)."""
     from tinyc.schedule import isa_of
+
     if board is None:
         return {"name": name, "core": target, "isa": [], "clock_hz": 0}
     cpu = board.get("cpu", {})
-    return {"name": board["name"], "core": cpu.get("core", "?"), "isa": sorted(isa_of(target)),
-            "clock_hz": int(cpu.get("clock_hz", 0))}
+    return {
+        "name": board["name"],
+        "core": cpu.get("core", "?"),
+        "isa": sorted(isa_of(target)),
+        "clock_hz": int(cpu.get("clock_hz", 0)),
+    }
 
 
 def _sample_input(graph: Graph, calib: Any, seed: int) -> dict[str, np.ndarray]:
@@ -97,12 +104,23 @@ def _sample_input(graph: Graph, calib: Any, seed: int) -> dict[str, np.ndarray]:
     from tinyc.quantize.calibrate import _load_calib
     from tinyc.quantize.feeds import prepare_feeds
     from tinyc.quantize.io import io_quant
+
     rng = np.random.default_rng(seed)
     first: dict[str, np.ndarray] = {}
-    if calib is not None:   # outside data: checked (names, shapes, values) as every runner checks it
-        specs = [{k: v for k, v in {"name": n, "dtype": graph.tensor(n).dtype, "shape": list(graph.tensor(n).shape),
-                                    "quant": io_quant(graph.tensor(n))}.items() if v is not None}
-                 for n in graph.inputs]
+    if calib is not None:  # outside data: checked (names, shapes, values) as every runner checks it
+        specs = [
+            {
+                k: v
+                for k, v in {
+                    "name": n,
+                    "dtype": graph.tensor(n).dtype,
+                    "shape": list(graph.tensor(n).shape),
+                    "quant": io_quant(graph.tensor(n)),
+                }.items()
+                if v is not None
+            }
+            for n in graph.inputs
+        ]
         first = prepare_feeds({"inputs": specs}, _load_calib(calib)).model(0)
     feeds: dict[str, np.ndarray] = {}
     for name in graph.inputs:
@@ -129,14 +147,36 @@ def ram_room(graph: Graph, board: Mapping[str, Any] | None, ram_budget: int | No
     return int(mem["ram_size"]) - int(mem.get("stack_size", 0)) - io - 8192
 
 
-def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.PathLike = "tune.jsonl",
-         input_shapes: Any = None, io_layout: str = "onnx", bind: Any = None, quantize: str = "auto",
-         calib: Any = None, calib_method: str = "minmax", io_dtype: str = "float", board_dir: Any = None,
-         ram_budget: int | None = None, search: str = "model", batch_size: int = 16, seed: int = 0,
-         repeat: int | None = None, port: str | None = None, work_dir: str | os.PathLike | None = None,
-         progress: bool | None = None, epsilon: float = 0.15, run_timeout: float = 10.0,
-         target: str | None = None, device: str | None = None, jobs: int = 1, cluster: str | None = None,
-         retries: int = 2, cluster_timeout: float = 10.0) -> TuneResult:
+def tune(
+    model: Any,
+    board: str | None = None,
+    trials: int = 64,
+    log: str | os.PathLike = "tune.jsonl",
+    input_shapes: Any = None,
+    io_layout: str = "onnx",
+    bind: Any = None,
+    quantize: str = "auto",
+    calib: Any = None,
+    calib_method: str = "minmax",
+    io_dtype: str = "float",
+    board_dir: Any = None,
+    ram_budget: int | None = None,
+    search: str = "model",
+    batch_size: int = 16,
+    seed: int = 0,
+    repeat: int | None = None,
+    port: str | None = None,
+    work_dir: str | os.PathLike | None = None,
+    progress: bool | None = None,
+    epsilon: float = 0.15,
+    run_timeout: float = 10.0,
+    target: str | None = None,
+    device: str | None = None,
+    jobs: int = 1,
+    cluster: str | None = None,
+    retries: int = 2,
+    cluster_timeout: float = 10.0,
+) -> TuneResult:
     """Tune `model`'s layers on `board` (None: the host, or with target "opencl" the OpenCL
     `device`, "platform:device", default the first GPU else the first device) with at most
     `trials` new measurements.
@@ -176,15 +216,20 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
     if jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {jobs}")
     if cluster is not None and not board:
-        raise UsageError("--cluster measures on boards held by farm workers: name one with --board (host and "
-                         "OpenCL tuning run on this machine)")
+        raise UsageError(
+            "--cluster measures on boards held by farm workers: name one with --board (host and "
+            "OpenCL tuning run on this machine)"
+        )
     if cluster is not None and jobs != 1:
-        raise UsageError("--jobs is for tuning on this machine; on a farm (--cluster) the workers' boards and "
-                         "threads set the parallelism")
+        raise UsageError(
+            "--jobs is for tuning on this machine; on a farm (--cluster) the workers' boards and "
+            "threads set the parallelism"
+        )
     if cluster is not None and port:
-        raise UsageError("--port is for a board on this machine; farm workers own their ports "
-                         "(tinyc worker --board NAME=PORT)")
-    check_log_path(log)   # before the model is prepared: a directory is one clear error, at once
+        raise UsageError(
+            "--port is for a board on this machine; farm workers own their ports (tinyc worker --board NAME=PORT)"
+        )
+    check_log_path(log)  # before the model is prepared: a directory is one clear error, at once
     t_start = time.perf_counter()
     board_def = load_board(board, board_dir) if board else None
     if board_def is not None and board_def.get("kind") == "host":
@@ -193,8 +238,18 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
         raise UsageError(f"--cluster measures on microcontroller boards held by farm workers; '{board}' is the host")
     target = board_target(board_def) if board_def else (target or "host")
     board_name = board_def["name"] if board_def else target
-    graph, _ = prepare(model, input_shapes, None, io_layout, bind, quantize, calib, calib_method,
-                       progress=bool(progress), io_dtype=io_dtype)
+    graph, _ = prepare(
+        model,
+        input_shapes,
+        None,
+        io_layout,
+        bind,
+        quantize,
+        calib,
+        calib_method,
+        progress=bool(progress),
+        io_dtype=io_dtype,
+    )
     defaults = default_schedules(graph, target)
     arena = plan_graph_memory(graph, defaults).arena_bytes
     room = ram_room(graph, board_def, ram_budget, arena)
@@ -210,23 +265,24 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
     if repeat is not None:
         options["repeat"] = repeat
     measurer = make_measurer(board_def, target, work, **options)
-    if target == "opencl":   # the log keys OpenCL records by device: "opencl:<device name>"
+    if target == "opencl":  # the log keys OpenCL records by device: "opencl:<device name>"
         board_name = measurer.board["name"]
     bfeat = board_features(board_def, target, board_name)
     nodes = {n.name: n for n in graph.nodes}
-    for t in tasks:   # a log is outside input: records whose knobs the op does not offer are skipped
+    for t in tasks:  # a log is outside input: records whose knobs the op does not offer are skipped
         drop_unoffered_records(tlog, board_name, t.key, nodes[t.nodes[0]], graph, target)
     rng = np.random.default_rng(seed)
     model_ = CostModel(seed=seed)
     by_key = {t.key: t for t in tasks}
-    executor = _make_executor(measurer, board_def, target, work, jobs, cluster, retries, cluster_timeout,
-                              repeat, run_timeout)
+    executor = _make_executor(
+        measurer, board_def, target, work, jobs, cluster, retries, cluster_timeout, repeat, run_timeout
+    )
     result = TuneResult(board_name, target, measurer.units, Path(log), [], 0, executor=executor.description)
     show = sys.stderr.isatty() if progress is None else progress
     bar = tqdm(total=trials, desc=f"tuning on {board_name}", unit="cand", disable=not show, leave=True)
-    in_flight: dict[str, set[str]] = {}   # task key -> knobs ids of candidates submitted, not yet recorded
-    lost_now: dict[str, set[str]] = {}    # task key -> knobs ids lost (after their retries) in this run
-    pending_trials = 0                    # counted candidates in flight
+    in_flight: dict[str, set[str]] = {}  # task key -> knobs ids of candidates submitted, not yet recorded
+    lost_now: dict[str, set[str]] = {}  # task key -> knobs ids lost (after their retries) in this run
+    pending_trials = 0  # counted candidates in flight
     n_jobs = 0
 
     def best_of(task: Task) -> float | None:
@@ -235,8 +291,11 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
 
     def default_of(task: Task) -> float | None:
         want = knobs_id(task.default)
-        oks = [r for r in tlog.records(board_name, task.key) if r["status"] == "ok" and knobs_id(
-            {k: v for k, v in r["knobs"].items() if not k.startswith("_")}) == want]
+        oks = [
+            r
+            for r in tlog.records(board_name, task.key)
+            if r["status"] == "ok" and knobs_id({k: v for k, v in r["knobs"].items() if not k.startswith("_")}) == want
+        ]
         return float(oks[-1]["cycles"]) if oks else None
 
     def total_best() -> float:
@@ -245,10 +304,22 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
     def record(m: Any, where: str = "") -> None:
         task = by_key[m.candidate.task_key]
         knobs = dict(m.candidate.knobs)
-        rec = {"board": board_name, "target": target, "key": task.key, "op": task.op, "knobs": knobs,
-               "cycles": m.cycles, "status": m.status, "units": measurer.units, "repeats": m.repeats,
-               "detail": m.detail, "scratch_bytes": task.scratch.get(knobs_id(knobs), 0),
-               "task": task.info, "board_info": bfeat, "model": graph.name}
+        rec = {
+            "board": board_name,
+            "target": target,
+            "key": task.key,
+            "op": task.op,
+            "knobs": knobs,
+            "cycles": m.cycles,
+            "status": m.status,
+            "units": measurer.units,
+            "repeats": m.repeats,
+            "detail": m.detail,
+            "scratch_bytes": task.scratch.get(knobs_id(knobs), 0),
+            "task": task.info,
+            "board_info": bfeat,
+            "model": graph.name,
+        }
         if where:
             rec["measured_on"] = where
         tlog.append(rec)
@@ -310,7 +381,7 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
             submit([Candidate(c.task_key, c.node, c.knobs) for c in left[:half]], job.counted)
             submit([Candidate(c.task_key, c.node, c.knobs) for c in left[half:]], job.counted)
             return
-        if out.kind == "lost":   # not the candidates' fault: "lost", measured again by a later run
+        if out.kind == "lost":  # not the candidates' fault: "lost", measured again by a later run
             for c in left:
                 record(_failed(c, "lost", out.message))
                 lost_now.setdefault(c.task_key, set()).add(knobs_id(c.knobs))
@@ -328,7 +399,7 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
             record(m, measured.where)
             release(job, m.candidate)
             _tick(job.counted)
-        for c in left:   # a measurer that dropped a candidate must not lose it silently
+        for c in left:  # a measurer that dropped a candidate must not lose it silently
             if (c.task_key, knobs_id(c.knobs)) not in job.recorded:
                 job.recorded.add((c.task_key, knobs_id(c.knobs)))
                 record(_failed(c, "crash", "no measurement came back for it"), measured.where)
@@ -337,7 +408,7 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
 
     def _tick(counted: bool) -> None:
         best = total_best()
-        if counted:   # (round 0's partial totals, defaults still missing, are not history)
+        if counted:  # (round 0's partial totals, defaults still missing, are not history)
             result.trials += 1
             bar.update(1)
             result.history.append((result.trials, best))
@@ -345,6 +416,7 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
 
     def _failed(c: Candidate, status: str, detail: str) -> Any:
         from tinyc.tune.measure import Measurement
+
         return Measurement(c, status, detail=detail)
 
     try:
@@ -362,14 +434,15 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
                     seen.add(ident)
                     first.append(Candidate(t.key, t.nodes[0], knobs))
         for i in range(0, len(first), batch_size):
-            submit(first[i:i + batch_size], counted=False)
+            submit(first[i : i + batch_size], counted=False)
         while executor.in_flight:
             settle(executor.wait())
         result.history.append((0, total_best()))
         weights = {t.key: (default_of(t) or 1.0) * t.count for t in tasks}
         measured_now = {t.key: len(tlog.measured(board_name, t.key)) for t in tasks}
-        budget = allocate(weights, trials, minimum=1, measured=measured_now,
-                          space_sizes={t.key: len(t.space) for t in tasks})
+        budget = allocate(
+            weights, trials, minimum=1, measured=measured_now, space_sizes={t.key: len(t.space) for t in tasks}
+        )
         done = {k: 0 for k in budget}
         spaces: dict[str, list[dict[str, Any]]] = {}
         fitted_on = -1
@@ -388,21 +461,28 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
                 if key is None:
                     break
                 task = by_key[key]
-                exclude = (tlog.measured(board_name, key) | in_flight.get(key, set()) | lost_now.get(key, set())
-                           | taken.setdefault(key, set()))
+                exclude = (
+                    tlog.measured(board_name, key)
+                    | in_flight.get(key, set())
+                    | lost_now.get(key, set())
+                    | taken.setdefault(key, set())
+                )
                 # several per task and call, so the epsilon-greedy share is at least one candidate
                 want = min(budget[key] - done[key], batch_size - len(batch), max(4, batch_size // 2))
-                space = spaces.setdefault(key, [{**c, "_scratch_bytes": task.scratch.get(knobs_id(c), 0)}
-                                                for c in task.space])
+                space = spaces.setdefault(
+                    key, [{**c, "_scratch_bytes": task.scratch.get(knobs_id(c), 0)} for c in task.space]
+                )
                 if search == "random" or not model_.trained:
                     from tinyc.tune.search import random_proposals
+
                     props = random_proposals(space, exclude, want, rng)
                 else:
                     from tinyc.tune.search import model_proposals
+
                     props = model_proposals(space, exclude, want, model_, dict(task.info), bfeat, rng, epsilon=epsilon)
                 props = [{k: v for k, v in p.items() if not k.startswith("_")} for p in props]
                 if not props:
-                    budget[key] = done[key]   # space exhausted
+                    budget[key] = done[key]  # space exhausted
                     continue
                 for p in props:
                     taken[key].add(knobs_id(p))
@@ -424,25 +504,44 @@ def tune(model: Any, board: str | None = None, trials: int = 64, log: str | os.P
         executor.close()
     for t in tasks:
         best = tlog.best(board_name, t.key)
-        result.tasks.append(TaskResult(t.key, t.op, list(t.sources), int(t.info["macs"]), default_of(t),
-                                       float(best["cycles"]) if best else None,
-                                       dict(best["knobs"]) if best else None,
-                                       len(tlog.measured(board_name, t.key)), len(t.space)))
+        result.tasks.append(
+            TaskResult(
+                t.key,
+                t.op,
+                list(t.sources),
+                int(t.info["macs"]),
+                default_of(t),
+                float(best["cycles"]) if best else None,
+                dict(best["knobs"]) if best else None,
+                len(tlog.measured(board_name, t.key)),
+                len(t.space),
+            )
+        )
     result.builds = executor.builds
     result.retried = executor.retried
     result.wall_s = time.perf_counter() - t_start
     return result
 
 
-def _make_executor(measurer: Any, board_def: Mapping[str, Any] | None, target: str, work: Path, jobs: int,
-                   cluster: str | None, retries: int, cluster_timeout: float, repeat: int | None,
-                   run_timeout: float) -> Any:
+def _make_executor(
+    measurer: Any,
+    board_def: Mapping[str, Any] | None,
+    target: str,
+    work: Path,
+    jobs: int,
+    cluster: str | None,
+    retries: int,
+    cluster_timeout: float,
+    repeat: int | None,
+    run_timeout: float,
+) -> Any:
     """A DaskExecutor on `cluster`, else a LocalExecutor: `jobs` builders and, for an emulated
     board, `jobs` boards (QEMU processes); one measuring slot for a real board (one port), the
     host and an OpenCL device, whose builds never overlap their measurements (the timings of the
     host and a device on it need a quiet machine)."""
     from tinyc import __version__
     from tinyc.tune.executor import DaskExecutor, LocalExecutor, MeasureSpec
+
     if cluster is not None:
         assert board_def is not None
         spec = MeasureSpec(dict(board_def), target, repeat, run_timeout, __version__)
@@ -467,8 +566,11 @@ def _refit(model: Any, tlog: Any) -> None:
         except (TypeError, ValueError, AttributeError, KeyError, OverflowError):
             return False
 
-    recs = [dict(r, knobs={**r["knobs"], "_scratch_bytes": r.get("scratch_bytes", 0)})
-            for r in tlog.records() if r.get("status") == "ok" and "task" in r and "board_info" in r]
+    recs = [
+        dict(r, knobs={**r["knobs"], "_scratch_bytes": r.get("scratch_bytes", 0)})
+        for r in tlog.records()
+        if r.get("status") == "ok" and "task" in r and "board_info" in r
+    ]
     recs = [r for r in recs if usable(r)]
     tasks = {r["key"]: r["task"] for r in recs}
     boards = {r["board"]: r["board_info"] for r in recs}
@@ -480,22 +582,28 @@ def _refit(model: Any, tlog: Any) -> None:
 def result_table(res: TuneResult) -> str:
     """Per task: layers, MACs, default vs tuned count, speed-up, MACs per count; then the totals."""
     u = res.units
-    rows = [f"tuned on {res.board} ({res.target}); counts are {u}"
-            + (" (QEMU instruction counts, deterministic)" if u == "instructions" else ""),
-            f"{'layer(s)':<42} {'MACs':>10} {'default':>12} {'tuned':>12} {'speed-up':>8} {'MAC/' + u[:5]:>9} {'tried':>9}"]
+    rows = [
+        f"tuned on {res.board} ({res.target}); counts are {u}"
+        + (" (QEMU instruction counts, deterministic)" if u == "instructions" else ""),
+        f"{'layer(s)':<42} {'MACs':>10} {'default':>12} {'tuned':>12} {'speed-up':>8} {'MAC/' + u[:5]:>9} {'tried':>9}",
+    ]
     for t in res.tasks:
         name = t.layers[0][:36] + (f" x{len(t.layers)}" if len(t.layers) > 1 else "")
         d, b = t.default_cycles, t.best_cycles
         sp = f"{d / b:.2f}x" if d and b else "-"
         mpc = f"{t.macs / b:.3f}" if b else "-"
-        rows.append(f"{name:<42} {t.macs:>10,} {d or 0:>12,.0f} {b or 0:>12,.0f} {sp:>8} {mpc:>9} "
-                    f"{t.measured:>4}/{t.space:<4}")
+        rows.append(
+            f"{name:<42} {t.macs:>10,} {d or 0:>12,.0f} {b or 0:>12,.0f} {sp:>8} {mpc:>9} {t.measured:>4}/{t.space:<4}"
+        )
     d, b = res.default_total, res.tuned_total
-    rows.append(f"{'total (tuned layers)':<42} {'':>10} {d:>12,.0f} {b:>12,.0f} "
-                f"{(d / b if b else math.nan):>7.2f}x")
-    rows.append(f"{res.trials} new measurements, {res.builds} firmware builds, {res.wall_s:.1f} s "
-                f"({res.seconds_per_candidate:.2f} s per candidate); failures: {res.failures or 'none'}")
+    rows.append(f"{'total (tuned layers)':<42} {'':>10} {d:>12,.0f} {b:>12,.0f} {(d / b if b else math.nan):>7.2f}x")
+    rows.append(
+        f"{res.trials} new measurements, {res.builds} firmware builds, {res.wall_s:.1f} s "
+        f"({res.seconds_per_candidate:.2f} s per candidate); failures: {res.failures or 'none'}"
+    )
     if res.executor:
-        rows.append(f"on {res.executor}" + (f"; {res.retried} batch(es) tried again after losing their worker"
-                                            if res.retried else ""))
+        rows.append(
+            f"on {res.executor}"
+            + (f"; {res.retried} batch(es) tried again after losing their worker" if res.retried else "")
+        )
     return "\n".join(rows)
