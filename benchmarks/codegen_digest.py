@@ -164,7 +164,8 @@ def main() -> int:
           f"model x target pairs; digests in {args.out}")
     if earlier is None:
         return 0
-    before = earlier["digests"]
+    # a run over some models compares those models only
+    before = {k: v for k, v in earlier["digests"].items() if k.split("/")[0] in args.models}
     changed = sorted(k for k in set(before) | set(digests) if before.get(k) != digests.get(k))
     src = [k for k in changed if k.endswith(SOURCE_SUFFIXES)]
     for k in changed:

@@ -39,7 +39,7 @@ from tinyc.codegen.pipeline import generate  # noqa: E402
 from tinyc.ir import Graph  # noqa: E402
 from tinyc.ops import get_op  # noqa: E402
 from tinyc.ops.qconv import build_qconv  # noqa: E402
-from tinyc.quantize.qparams import add_qtensor  # noqa: E402
+from tinyc.numerics.qparams import add_qtensor  # noqa: E402
 from tinyc.schedule import default_schedules  # noqa: E402
 from tinyc.targets import host  # noqa: E402
 

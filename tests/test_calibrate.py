@@ -203,7 +203,7 @@ def test_quantizer_convention():
 
 def test_quantizer_matches_arith_choose_qparams():
     """The MSE search optimises the error of the quantizer the int8 kernels use."""
-    arith = pytest.importorskip("tinyc.quantize.arith")
+    arith = pytest.importorskip("tinyc.numerics.fixed_point")
     for lo, hi in [(-1.0, 3.0), (0.0, 6.0), (-21.6243, 11.1748), (-0.3, 0.0), (-2.5, 2.5)]:
         for sym in (False, True):
             qmin = -127 if sym else -128

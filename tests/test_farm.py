@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from tinyc.errors import UsageError
-from tinyc.tune.executor import BuildFolders, pack_project, unpack_project
+from tinyc.tune.steps import BuildFolders, pack_project, unpack_project
 from tinyc.tune.log import knobs_id
 from tinyc.tune.tuner import result_table, tune
 from util import REPO
@@ -380,7 +380,8 @@ class _FakeFarm:
         self.submitted += [(c.task_key, knobs_id(c.knobs)) for c in job.batch.candidates]
 
     def wait(self):
-        from tinyc.tune.executor import Measured, Outcome
+        from tinyc.tune.executor import Outcome
+        from tinyc.tune.steps import Measured
         from tinyc.tune.measure import Measurement
         job = self.jobs.pop(0)
         self.in_flight -= 1

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import tinyc
-from tinyc.codegen.emitter import (C_KEYWORDS, MAX_IDENT, MAX_PREFIX, c_comment, c_identifier, c_prefix,
-                                   c_string_literal, md_text, xml_text)
+from tinyc.numerics.text import (C_KEYWORDS, MAX_IDENT, MAX_PREFIX, c_comment, c_identifier, c_prefix,
+                               c_string_literal, md_text, xml_text)
 from util import REPO, opencl_or_skip, ort_run
 
 RELIABILITY = REPO.parent / "shared" / "reliability"

@@ -267,7 +267,7 @@ def _int8_grid_graph():
     from tinyc.ops import get_op
     from tinyc.ops.qconv import build_qconv
     from tinyc.ops.qmatmul import build_qfc
-    from tinyc.quantize.qparams import add_qtensor
+    from tinyc.numerics.qparams import add_qtensor
     r = np.random.default_rng(11)
     g = Graph("grid_int8")
     convs = [dict(xs=(1, 7, 6, 12), oc=20, k=(3, 3), pads=(1, 1, 1, 1)),                    # regular, padded
@@ -496,7 +496,7 @@ def test_grid_knobs_only_where_legal():
         for s in grid:  # (the tile knobs' values never exceed the channels / columns)
             assert set(s) == {"variant", ck, rk, "vec", "local_mem"} | ({"loop_order"} if not s["local_mem"] else set()), s
             assert s[ck] % s["vec"] == 0 and (s[rk] * s[ck] <= 128 or s[rk] == 1), s
-            assert opdef.scratch_bytes(node, graph, s) == 0
+            assert opdef.scratch_bytes(node, graph, s, "opencl") == 0
         default = default_schedules(graph, "opencl")[node.name]
         assert default["variant"] == "grid" and default["local_size"] == 64 and default["local_mem"] == 0
         assert opdef.canonical_schedule(node, graph, default) in space

@@ -24,8 +24,8 @@ from tinyc.ir import Graph, Node
 from tinyc.ops.qconcat import build_qconcat
 from tinyc.ops.qelementwise import build_qadd, build_qlut, build_qmul, build_qrequantize
 from tinyc.passes.layout import optimize_transposes
-from tinyc.quantize import arith
-from tinyc.quantize.qparams import add_qconstant, add_qtensor
+from tinyc.numerics import fixed_point as arith
+from tinyc.numerics.qparams import add_qconstant, add_qtensor
 
 from util import REPO, ort_run, sanitized_run
 

@@ -22,7 +22,7 @@ from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, QuantParams, Tensor
 from tinyc.ops import get_op
 from tinyc.ops.qmatmul import build_qfc
-from tinyc.quantize.qparams import add_qtensor
+from tinyc.numerics.qparams import add_qtensor
 from util import compile_ir, ort_run, sanitized_project
 
 HYP = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -90,7 +90,7 @@ def test_build_qfc_golden_equals_c(tmp_path_factory: pytest.TempPathFactory, lea
     acc = (x.astype(np.int64) - node.attrs["a_zp"]).reshape(-1, k) @ w.astype(np.int64)
     if bias:
         acc += g.tensor(node.inputs[2]).data.astype(np.int64)
-    from tinyc.quantize import arith
+    from tinyc.numerics import fixed_point as arith
     ref = arith.requantize(acc, np.asarray(node.attrs["multiplier"]), np.asarray(node.attrs["shift"]),
                            node.attrs["y_zp"], node.attrs["act_min"], node.attrs["act_max"])
     np.testing.assert_array_equal(golden["y0"].reshape(-1, n), ref)

@@ -23,7 +23,7 @@ from tinyc.ops import get_op
 from tinyc.ops.qpool import build_qavgpool, build_qmaxpool
 from tinyc.ops.qsoftmax import build_qsoftmax, softmax_params
 from tinyc.passes import run_passes
-from tinyc.quantize.qparams import add_qtensor
+from tinyc.numerics.qparams import add_qtensor
 from util import ort_run, sanitized_run
 
 STRICT = "-O1 -std=c99 -Wall -Wextra -Werror -pedantic"

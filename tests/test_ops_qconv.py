@@ -122,7 +122,7 @@ from hypothesis import strategies as st  # noqa: E402
 from tinyc.ir import Graph, Node, QuantParams  # noqa: E402
 from tinyc.ops import get_op  # noqa: E402
 from tinyc.ops.qconv import build_qconv, reuse_weight_grid  # noqa: E402
-from tinyc.quantize.qparams import add_qtensor  # noqa: E402
+from tinyc.numerics.qparams import add_qtensor  # noqa: E402
 
 HYP = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 AGREE: dict[str, list[int]] = {}  # test -> [outputs 1 LSB off onnxruntime, outputs compared]

@@ -1,5 +1,5 @@
 """QuantizeLinear / DequantizeLinear: compiled C and the numpy reference against onnxruntime (graph
-optimisations off) and bit for bit against ``tinyc.quantize.arith``; exact .5 ties, saturation,
+optimisations off) and bit for bit against ``tinyc.numerics.fixed_point``; exact .5 ties, saturation,
 per-tensor and per-axis (also after the channels-last layout pass), a QDQ-wrapped Conv end to end,
 one MLPerf Tiny QDQ model, and clear UnsupportedErrors. Several nodes share one model per build."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 import tinyc
 import tinyc.reference
 from tinyc.errors import UnsupportedError
-from tinyc.quantize import arith
+from tinyc.numerics import fixed_point as arith
 
 from util import MLPERF, ort_run, sanitized_run
 

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 import tinyc
 import tinyc.reference
 from tinyc.errors import UnsupportedError
-from tinyc.quantize import arith
+from tinyc.numerics import fixed_point as arith
 
 from util import ort_run, sanitized_run
 

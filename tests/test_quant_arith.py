@@ -1,4 +1,4 @@
-"""One integer truth: the numpy golden model (tinyc/quantize/arith.py) equals the C (runtime_c/include/tinyc_q.h)
+"""One integer truth: the numpy golden model (tinyc/numerics/fixed_point.py) equals the C (runtime_c/include/tinyc_q.h)
 bit for bit, both equal an independent pure-Python-int statement of the rules, and they stay within 1 LSB of
 float64 arithmetic. See docs/quantization.md."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tinyc.quantize import arith as qa
+from tinyc.numerics import fixed_point as qa
 from util import REPO
 
 INCLUDE = REPO / "runtime_c" / "include"

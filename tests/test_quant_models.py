@@ -14,7 +14,7 @@ from onnx import helper, numpy_helper
 import tinyc
 import tinyc.reference
 from tinyc.errors import TinycError
-from tinyc.passes.qdq import REQUANTIZING_OPS
+from tinyc.ops.rounding import REQUANTIZING_OPS
 from util import MLPERF, MLPERF_MODELS, REPO, ort_run
 
 sys.path.insert(0, str(REPO / "examples" / "digits"))

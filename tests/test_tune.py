@@ -207,7 +207,7 @@ def test_ram_budget_drops_candidates_whose_scratch_does_not_fit(digits):
     from tinyc.tune.tasks import extract_tasks
     graph, _ = prepare(DIGITS, quantize="int8", calib=digits / "calib.npz", io_dtype="int8", progress=False)
     defaults = default_schedules(graph, "host")
-    arena = plan_graph_memory(graph, defaults).arena_bytes
+    arena = plan_graph_memory(graph, defaults, "host").arena_bytes
     free = extract_tasks(graph, "host", defaults)
     tight = extract_tasks(graph, "host", defaults, arena, ram_budget=arena)
     assert sum(t.dropped_for_memory for t in free) == 0

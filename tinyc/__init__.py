@@ -1,6 +1,6 @@
 """tinyc: compile ONNX models to static, allocation-free C for microcontrollers and desktops."""
 
-__version__ = "0.1.0"
+from tinyc.version import __version__
 
 from tinyc.api import (
     build_project,

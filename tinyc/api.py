@@ -1,8 +1,11 @@
-"""The public Python API; the CLI is a thin layer over these functions."""
+"""The public Python API; the CLI is a thin layer over these functions.
+
+Each function chooses a Target (tinyc.targets.registry: from the compile options, or from a
+compiled folder's manifest) and asks it; the pipeline (tinyc.pipeline: `prepare`, schedules,
+generate, write) is shared with the tuner. `prepare` is part of this API too."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +16,7 @@ import numpy as np
 
 from tinyc.errors import RunError, UsageError
 from tinyc.ir import Graph
-
-TARGETS = ("host", "opencl")
+from tinyc.pipeline import prepare
 
 
 @dataclass
@@ -44,63 +46,13 @@ def load(
     return prepare(model, input_shapes, name, io_layout, bind, quantize, calib, calib_method)[0]
 
 
-def prepare(
-    model: Any,
-    input_shapes: Sequence[str] | Mapping[str, Sequence[int]] | None = None,
-    name: str | None = None,
-    io_layout: str = "onnx",
-    bind: Mapping[str, Any] | None = None,
-    quantize: str = "auto",
-    calib: Any = None,
-    calib_method: str = "minmax",
-    progress: bool = True,
-    io_dtype: str = "float",
-) -> tuple[Graph, Any]:
-    """`load`, also returning the QuantizationResult (None for a float graph).
-    io_dtype "int8": a quantized model takes and gives int8 on its boundary grids (no float copy
-    of the input in the arena; see quantize.io)."""
-    from tinyc.frontend import import_onnx
-    from tinyc.passes import run_passes
-    from tinyc.passes.qdq import has_int8_annotations
-    from tinyc.quantize.flow import QUANTIZE_MODES, quantize_graph
-    from tinyc.quantize.io import IO_DTYPES, make_io_int8
-
-    if io_dtype not in IO_DTYPES:
-        raise UsageError(f"--io-dtype must be one of {', '.join(IO_DTYPES)}, got {io_dtype!r}")
-    if quantize not in QUANTIZE_MODES:
-        raise UsageError(f"--quantize must be one of {', '.join(QUANTIZE_MODES)}, got {quantize!r}")
-    if calib is not None and quantize == "none":
-        raise UsageError("calibration data given but quantization is off (--quantize none)")
-    if calib is not None:
-        quantize = "int8"
-    graph = import_onnx(model, input_shapes=input_shapes, name=name, bind=bind)
-    run_passes(graph, io_layout=io_layout, int8={"auto": None, "int8": True, "none": False}[quantize])
-    annotated = has_int8_annotations(graph)
-    if quantize == "int8" and calib is None and not annotated:
-        raise UsageError(
-            "--quantize int8 needs calibration data (--calib calib.npz: one array per model "
-            "input with a leading sample dimension)"
-        )
-    if quantize == "int8" or (quantize == "auto" and annotated):
-        result = quantize_graph(graph, calib, method=calib_method, progress=progress)
-        if io_dtype == "int8":
-            make_io_int8(result.graph)
-        return result.graph, result
-    if io_dtype == "int8":
-        raise UsageError("--io-dtype int8 needs an int8 model (--quantize int8 with --calib, or a QDQ model)")
-    return graph, None
-
-
 def inspect(
     model: Any, input_shapes: Sequence[str] | Mapping[str, Sequence[int]] | None = None, io_layout: str = "onnx"
 ) -> str:
     """The graph after import and passes, one line per layer with shapes, params and MACs."""
-    from tinyc.ir.dump import dump_graph
+    from tinyc.ops.dump import dump_graph
 
     return dump_graph(load(model, input_shapes, io_layout=io_layout))
-
-
-FORMATS = ("project", "library")
 
 
 def compile(
@@ -135,20 +87,10 @@ def compile(
     this target (board) and layer, the default where it has none. schedules: explicit per-layer
     knob overrides (keyed by node or ONNX node name), applied last. device: with target "opencl"
     and a tuning log, whose records to take ("platform:device"; default: the log's one device)."""
-    from tinyc.codegen import generate
-    from tinyc.targets import host
-    from tinyc.targets.boards import load_board
+    from tinyc.pipeline import choose_schedules, source_path, write_outputs
+    from tinyc.targets.registry import get_target
 
-    if format not in FORMATS:
-        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
-    board_def = load_board(board, board_dir) if board else None
-    if board_def is not None and board_def.get("kind") == "host":
-        board_def = None
-    if board_def is None:
-        if target not in TARGETS:
-            raise UsageError(f"unknown target '{target}' (available: {', '.join(TARGETS)}; or --board NAME)")
-        if format != "project":
-            raise UsageError("--format library needs --board (the library is built with the board's toolchain)")
+    tgt = get_target(target, board, board_dir, format, cflags)
     quant = None
     if isinstance(model, Graph):
         graph = model
@@ -157,85 +99,28 @@ def compile(
             model, input_shapes, name, io_layout, bind, quantize, calib, calib_method, io_dtype=io_dtype
         )
     out = Path(output_dir)
-    target_name = board_def["name"] if board_def else target
-    from tinyc.schedule import apply_overrides, board_target, default_schedules
-
-    sched_target = board_target(board_def) if board_def else target
-    chosen = default_schedules(graph, sched_target)
     tuned: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
     if tuning_log is not None:
-        from tinyc.tune.apply import schedules_from_log
+        from tinyc.tune.apply import log_board, schedules_from_log
 
-        log_board = target_name
-        if board_def is None and target == "opencl":
-            from tinyc.tune.apply import opencl_log_board
-
-            log_board = opencl_log_board(tuning_log, device)
-        tuned = schedules_from_log(graph, tuning_log, log_board, sched_target)
-        chosen = apply_overrides(graph, chosen, tuned)
-    chosen = apply_overrides(graph, chosen, schedules, sched_target)
-    gen = generate(graph, prefix=name, target=sched_target, schedules=chosen)
-    if board_def is None and target == "opencl":
-        from tinyc.targets import opencl
-
-        opencl.write_project(out, gen.files, gen.blobs, gen.manifest)
-    elif board_def is None:
-        host.write_project(out, gen.files, gen.manifest, cflags if cflags is not None else host.default_cflags())
-    elif format == "library":
-        from tinyc.targets.library import write_library_project
-
-        write_library_project(out, gen.files, gen.manifest, board_def)
-    else:
-        from tinyc.device.runner import save_golden_graph
-        from tinyc.targets.board import write_board_project
-
-        write_board_project(out, gen.files, gen.manifest, board_def)
-        source = str(Path(model).resolve()) if isinstance(model, (str, os.PathLike)) else None
-        save_golden_graph(out, graph, source)
-    report = dict(gen.report, target=target_name)
-    if tuning_log is not None:
-        report["tuned_layers"] = sorted(tuned)
-    if board_def is not None:
-        report.update(board=board_def["name"], format=format)
-    if quant is not None:
-        from tinyc.quantize.report import quantization_summary
-
-        report["quantization"] = quantization_summary(quant)
-    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    from tinyc.report import markdown_report, memory_svg
-
-    (out / "report.md").write_text(markdown_report(report))
-    (out / "memory.svg").write_text(memory_svg(gen.layout))
-    if board_def is not None and format == "project":
-        from tinyc.targets.board import check_fit
-
-        check_fit(report, gen.manifest, board_def)
+        tuned = schedules_from_log(graph, tuning_log, log_board(tgt, tuning_log, device), tgt.schedule_target)
+        extra["tuned_layers"] = sorted(tuned)
+    chosen = choose_schedules(graph, tgt, tuned, schedules)
+    report, files = write_outputs(out, graph, tgt, chosen, name, quant, source_path(model), extra)
     if build:
         report.update(build_project(out))
-    return CompileResult(out, graph, report, sorted(gen.files))
+    return CompileResult(out, graph, report, files)
 
 
 def build_project(project_dir: str | os.PathLike, force: bool = False) -> dict[str, Any]:
     """Build a compiled folder with its toolchain: host (shared library + runner), firmware
-    (ELF; flash/RAM/stack sizes measured and written into report.json) or library (lib<prefix>.a)."""
-    from tinyc.targets import host
+    (ELF; flash/RAM/stack sizes measured and written into report.json), library (lib<prefix>.a)
+    or OpenCL (the program, built on the default device)."""
+    from tinyc.targets.registry import project_target
 
     out = Path(project_dir)
-    manifest = host.load_manifest(out)
-    if manifest.get("target") == "opencl":
-        from tinyc.targets.opencl import OpenCLModel
-
-        model = OpenCLModel(out)  # builds the program on the default device: its errors surface here
-        return {"device": model.device.name.strip(), "kernels": len(model.kernels)}
-    if _is_firmware(out):
-        from tinyc.targets.board import build_board_project
-
-        return build_board_project(out, force=force)
-    if manifest.get("format") == "library":
-        from tinyc.targets.library import build_library
-
-        return {"library": str(build_library(out, force=force))}
-    return {"library": str(host.build(out, force=force))}
+    return project_target(out).build(out, force=force)
 
 
 @dataclass
@@ -310,23 +195,6 @@ def quantize(
     return QuantizeResult(path, cmp, summary, text)
 
 
-def _load_inputs(inputs: Any, what: str = "input file") -> Mapping[str, Any]:
-    """Input data as given: an .npz/.npy path (read without unpickling), a mapping name -> array,
-    or one array for a one-input model. Checked against the model by every runner through
-    tinyc.quantize.feeds.prepare_feeds (names, dtype, shape, N >= 1, values)."""
-    from tinyc.quantize.feeds import load_arrays
-
-    if isinstance(inputs, (str, os.PathLike)):
-        return load_arrays(inputs, what, RunError)
-    if isinstance(inputs, Mapping):
-        return dict(inputs)
-    if isinstance(inputs, np.ndarray):
-        return {"x": inputs}
-    raise UsageError(
-        "inputs must be a path to an .npz/.npy file, a mapping of name -> array, or one array (one-input models)"
-    )
-
-
 def run(
     output_dir: str | os.PathLike,
     inputs: Any,
@@ -341,45 +209,22 @@ def run(
     A firmware project runs on its board (flashed/emulated as needed; `port` for real boards); an
     OpenCL folder on `device` ("platform:device" as `devices()` lists; default the first GPU, else
     the first device)."""
-    from tinyc.targets import host
+    from tinyc.targets.registry import project_target
 
-    manifest = host.load_manifest(Path(output_dir))
-    if manifest.get("target") == "opencl":
-        from tinyc.targets import opencl
-
-        results = opencl.run_batch(output_dir, _load_inputs(inputs), device=device)
-        if output is not None:
-            np.savez(output, **results)
-        return results
-    if device is not None:
-        raise UsageError("--device is for folders compiled with --target opencl")
-    if manifest.get("format") == "library":
-        raise UsageError(
-            f"{output_dir} is a library for your own firmware build (--format library); it has no "
-            "runner: compile with --format project to run it on the board"
-        )
-    feeds = _load_inputs(inputs)
-    if _is_firmware(output_dir):
-        results = run_on_board(output_dir, feeds, port=port).outputs
-    else:
-        results = host.run_batch(output_dir, feeds)
+    out = Path(output_dir)
+    results = project_target(out).run(out, inputs, port=port, device=device)
     if output is not None:
-        np.savez(output, **results)
+        np.savez(output, **results)  # type: ignore[arg-type]  # numpy's stubs match **kwds against allow_pickle
     return results
-
-
-def _is_firmware(project_dir: str | os.PathLike) -> bool:
-    from tinyc.targets import host
-
-    return bool(host.load_manifest(Path(project_dir)).get("board")) and (Path(project_dir) / "board.json").is_file()
 
 
 def run_on_board(project_dir: str | os.PathLike, inputs: Any, port: str | None = None, **options: Any) -> Any:
     """Run a firmware project on its board over the serial harness: outputs plus the count of
     each inference (`DeviceRun`: instructions under QEMU, cycles on hardware)."""
-    from tinyc.device.runner import run_on_device
+    from tinyc.targets.registry import project_target
 
-    return run_on_device(project_dir, _load_inputs(inputs), port=port, **options)
+    out = Path(project_dir)
+    return project_target(out).run_on_board(out, inputs, port=port, **options)
 
 
 def profile(
@@ -392,28 +237,18 @@ def profile(
 ) -> dict[str, Any]:
     """Per-layer counts, MACs, MACs per count and share on the board (one inference), or for an
     OpenCL folder per-kernel device nanoseconds on `device` (median of `repeat` inferences)."""
-    from tinyc.device.runner import profile_on_device
-    from tinyc.targets import host
+    from tinyc.targets.registry import project_target
 
-    if host.load_manifest(Path(project_dir)).get("target") == "opencl":
-        from tinyc.quantize.feeds import prepare_feeds
-        from tinyc.targets.opencl_profile import profile_opencl
-
-        feeds = None
-        if inputs is not None:
-            feeds = prepare_feeds(host.load_manifest(Path(project_dir)), _load_inputs(inputs)).model(0)
-        return profile_opencl(project_dir, feeds, device=device, repeat=repeat)
-    if device is not None:
-        raise UsageError("--device is for folders compiled with --target opencl")
-    return profile_on_device(project_dir, _load_inputs(inputs) if inputs is not None else None, port=port, **options)
+    out = Path(project_dir)
+    return project_target(out).profile(out, inputs, port=port, device=device, repeat=repeat, **options)
 
 
 def validate(
     project_dir: str | os.PathLike, data: Any, port: str | None = None, labels: Any = None, **options: Any
 ) -> dict[str, Any]:
     """Device outputs vs the golden model (bit for bit for int8) and onnxruntime; accuracy with labels."""
-    from tinyc.device.runner import validate_on_device
     from tinyc.quantize.feeds import as_numeric, load_one_array
+    from tinyc.targets.registry import project_target
 
     lab = None
     if labels is not None:
@@ -422,16 +257,17 @@ def validate(
             if isinstance(labels, (str, os.PathLike))
             else as_numeric("labels", labels)
         )
-    return validate_on_device(project_dir, _load_inputs(data, "data file"), port=port, labels=lab, **options)
+    out = Path(project_dir)
+    return project_target(out).validate(out, data, port=port, labels=lab, **options)
 
 
 def flash(project_dir: str | os.PathLike, port: str | None = None, **options: Any) -> dict[str, Any]:
     """Build if needed and flash the firmware (emulated boards: start QEMU); returns the board's
     HELLO (board, model, hash, versions, arena, layers, I/O bytes)."""
-    from tinyc.device.runner import connect
+    from tinyc.targets.registry import project_target
 
-    with connect(project_dir, port, **options) as dev:
-        return dict(dev.info, units=dev.units.name)
+    out = Path(project_dir)
+    return project_target(out).flash(out, port, **options)
 
 
 def devices() -> list[Any]:

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 from collections.abc import Sequence
 
-from tinyc import __version__
+from tinyc.version import __version__
 from tinyc.errors import TinycError
+from tinyc.targets.registry import FORMATS, TARGETS
 
 
 def _bindings(specs: list[str] | None) -> dict[str, object] | None:
@@ -335,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--board", help="write a firmware project for this board (see `tinyc boards`)")
     sp.add_argument(
         "--format",
-        choices=["project", "library"],
+        choices=list(FORMATS),
         default="project",
         help="with --board: a standalone firmware project with the serial harness (default), or a "
         "static library + CMake target + Makefile fragment for your own firmware",
@@ -379,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--board", help="tune on this board (see `tinyc boards`); default: the host")
     sp.add_argument(
         "--target",
-        choices=["host", "opencl"],
+        choices=list(TARGETS),
         help="without --board: host (C on this machine, default) or opencl (kernels on an OpenCL device)",
     )
     sp.add_argument(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tinyc.codegen.emitter import md_text, xml_text
+from tinyc.numerics.text import md_text, xml_text
 from tinyc.memory import MemoryLayout
 
 _COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"]

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 
 import jinja2
 
-from tinyc import __version__
-from tinyc.codegen.emitter import c_identifier, c_prefix, register_filters
+from tinyc.version import __version__
+from tinyc.codegen.emitter import register_filters
+from tinyc.numerics.text import c_identifier, c_prefix
 from tinyc.ir import Graph
 from tinyc.resources import templates_dir
 

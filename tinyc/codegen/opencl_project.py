@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from tinyc import __version__
-from tinyc.codegen.emitter import c_comment
-from tinyc.codegen.opencl import global_size, local_bytes, program_source
+from tinyc.version import __version__
+from tinyc.numerics.text import c_comment
+from tinyc.codegen.opencl import program_source
 from tinyc.codegen.opencl_host import graph_host_program_files, host_file_names
 from tinyc.ir import Graph
 from tinyc.memory import MemoryLayout
@@ -54,10 +54,10 @@ def opencl_files(
                 "fn": layer.fn,
                 "name": layer.node.source or layer.node.name,
                 "op": layer.node.op,
-                "global_size": global_size(layer.code),
+                "global_size": layer.launch.global_size,
                 "local_size": int(sched.get(LOCAL_SIZE_KNOB, 0)),
                 # > 0: the kernel's third argument is __local memory of this many bytes
-                "local_bytes": local_bytes(layer.code),
+                "local_bytes": layer.launch.local_bytes,
             }
         )
     const_at = {w["tensor"]: w["offset"] for w in gen.weights}

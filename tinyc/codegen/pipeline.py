@@ -6,8 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tinyc.codegen.dialect import C99, OPENCL
-from tinyc.codegen.emitter import c_prefix, generate_c
+from tinyc.codegen.emitter import generate_c
+from tinyc.numerics.text import c_prefix
 from tinyc.ir import Graph
+from tinyc.ir.isa import Isa
 from tinyc.memory import MemoryLayout, check_plan, plan_graph_memory
 from tinyc.ops import get_op
 from tinyc.quantize.io import io_quant
@@ -27,12 +29,15 @@ class GeneratedProject:
 def generate(
     graph: Graph, prefix: str | None = None, target: str = "host", schedules: dict[str, dict[str, Any]] | None = None
 ) -> GeneratedProject:
+    """Sources, manifest and report of `graph` for a schedule target (a Target's `schedule_target`):
+    its `Isa` chooses the dialect (C99, or OpenCL C plus the host program for work-item targets)."""
     # names in the model (and --name) are untrusted text: the prefix is tinyc's own identifier
     prefix = c_prefix(prefix or graph.name)
     schedules = schedules if schedules is not None else default_schedules(graph, target)
-    layout = plan_graph_memory(graph, schedules)
+    layout = plan_graph_memory(graph, schedules, target)
     check_plan(layout.buffers, layout.plan)  # a wrong plan must never reach the C code
-    gen = generate_c(graph, layout, schedules, prefix, OPENCL if target == "opencl" else C99)
+    work_items = Isa.parse(target).work_items  # OpenCL: kernels over work-item grids, a host program
+    gen = generate_c(graph, layout, schedules, prefix, OPENCL if work_items else C99, target)
     render = _render_context(graph, gen, prefix)
     manifest = {
         "prefix": prefix,
@@ -42,8 +47,8 @@ def generate(
         "outputs": [_io_spec(graph, pub, n) for pub, n in graph.public_outputs()],
         "render": render,
     }
-    report = build_report(graph, layout, gen, schedules, prefix)
-    if target == "opencl":
+    report = build_report(graph, layout, gen, schedules, prefix, target)
+    if work_items:
         from tinyc.codegen.opencl_project import opencl_files
 
         files, blobs, extra = opencl_files(graph, gen, layout, schedules, prefix)
@@ -78,7 +83,7 @@ def _render_context(graph: Graph, gen: Any, prefix: str) -> dict[str, Any]:
 
 
 def build_report(
-    graph: Graph, layout: MemoryLayout, gen: Any, schedules: dict[str, dict[str, Any]], prefix: str
+    graph: Graph, layout: MemoryLayout, gen: Any, schedules: dict[str, dict[str, Any]], prefix: str, target: str
 ) -> dict[str, Any]:
     layers = []
     code_index = {layer.node.name: layer.index for layer in gen.layers}
@@ -97,7 +102,7 @@ def build_report(
                 "arena_size": graph.tensor(out).nbytes,
                 "alias": opdef.alias,
                 "schedule": schedules.get(node.name, {}),
-                "scratch_bytes": opdef.scratch_bytes(node, graph, schedules.get(node.name, {})),
+                "scratch_bytes": opdef.scratch_bytes(node, graph, schedules.get(node.name, {}), target),
             }
         )
     return {

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tinyc import __version__
+from tinyc.version import __version__
 from tinyc.errors import BuildError, DeviceError, RunError
 from tinyc.resources import runtime_dir
 
@@ -49,8 +49,8 @@ def model_sources(project_dir: str | os.PathLike) -> list[Path]:
 
 def model_hash(project_dir: str | os.PathLike) -> str:
     """The hash a firmware of this project reports in HELLO: 16 hex digits of sha256 over the
-    generated model sources, computed as board projects compute it (tinyc.targets.board)."""
-    from tinyc.targets.board import model_hash as hash_files
+    generated model sources, computed as board projects compute it (tinyc.device.project)."""
+    from tinyc.device.project import model_hash as hash_files
 
     return hash_files({f.name: f.read_text() for f in model_sources(project_dir)})
 
@@ -61,7 +61,7 @@ def harness_context(
     """The render context of templates/project/harness_main.c.j2 for a compiled project: the
     manifest's render keys (rebuilt from tinyc.json and the generated header when the manifest
     does not carry them), arena_bytes, nlayers, version, model_hash and counter_kind."""
-    from tinyc.codegen.emitter import c_identifier
+    from tinyc.numerics.text import c_identifier
     from tinyc.ops.base import ctype
 
     project = Path(project_dir)

@@ -324,7 +324,7 @@ def describe_status(status: int, detail: int) -> str:
     return text
 
 
-def hex_preview(data: bytes, limit: int = 48, count: int | None = None) -> str:
+def hex_preview(data: bytes | bytearray, limit: int = 48, count: int | None = None) -> str:
     """'00 1a ff ...' of at most `limit` bytes, saying how many more there were (of `count`
     in all, when `data` is only the head of what arrived)."""
     total = len(data) if count is None else count

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -72,8 +72,8 @@ class DeviceConnection:
 
 
 def _project(project_dir: str | os.PathLike) -> tuple[Path, dict[str, Any], dict[str, Any]]:
-    from tinyc.targets.board import load_project_board
-    from tinyc.targets.host import load_manifest
+    from tinyc.codegen.manifest import load_manifest
+    from tinyc.device.project import load_project_board
 
     out = Path(project_dir)
     manifest = load_manifest(out)
@@ -99,15 +99,18 @@ def connect(
     timeout: float = 2.0,
     run_timeout: float = 120.0,
     progress: bool | None = None,
+    build: Callable[..., Any] | None = None,
 ) -> Iterator[DeviceConnection]:
-    """Build the firmware if needed, flash/start it, handshake; stop the emulator afterwards."""
+    """Flash/start the firmware, handshake; stop the emulator afterwards. `build(out, progress=...)`
+    (the board target's build: tinyc.targets.board) runs first when given, after the project and
+    its data are checked; the device side itself only talks to built firmware."""
     from tinyc.device import flashers
     from tinyc.device.client import HarnessClient
     from tinyc.device.transport import open_link
-    from tinyc.targets.board import build_board_project
 
     out, manifest, board = _project(project_dir)
-    build_board_project(out, progress=progress)
+    if build is not None:
+        build(out, progress=progress)
     elf = out / manifest["firmware"]
     session = None
     client = None

@@ -12,6 +12,7 @@ import os
 import re
 from pathlib import Path
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 import numpy as np
 import onnx
@@ -183,7 +184,8 @@ def import_onnx(
                 + (f" (symbolic: {', '.join(sym)})" if sym else "")
                 + f"; fix it with --input-shape {vi.name}={hint} (input_shapes= in the Python API)"
             )
-        g.add_tensor(Tensor(vi.name, tuple(int(d) for d in dims), dtype))  # type: ignore[arg-type]
+        known = cast("list[int]", dims)  # no dimension left unknown: refused above
+        g.add_tensor(Tensor(vi.name, tuple(int(d) for d in known), dtype))
         g.inputs.append(vi.name)
     if unknown:
         raise ShapeError(
@@ -213,7 +215,7 @@ def import_onnx(
     _cross_check_shapes(model, g, shapes)
     g.remove_unused_tensors()
     # QLinear* operators became integer kernels here: they keep ONNX's rounding (one rounding, half to even)
-    from tinyc.passes.qdq import set_requant_rounding
+    from tinyc.ops.rounding import set_requant_rounding
 
     set_requant_rounding(g, "half_even")
     return g
@@ -263,11 +265,11 @@ def add_node(g: Graph, node: Node, fold: bool = True) -> None:
             g.add_tensor(Tensor(out, tuple(int(d) for d in shape), dtype, None, old.quant if old else None))
     real_inputs = [i for i in node.inputs if i]
     if fold and all(g.tensor(i).is_constant for i in real_inputs):
-        values = opdef.reference(node, g, [g.tensor(i).data if i else None for i in node.inputs])
+        args = [g.tensor(i).data if i else None for i in node.inputs]  # None: an absent optional input
+        values = opdef.reference(node, g, cast("list[np.ndarray]", args))
         # DequantizeLinear of a constant (QDQ weights) folds to float but remembers its int8 grid,
         # so the int8 lowering can keep the model's own weight scales.
-        folded_quant = getattr(opdef, "folded_quant", None)
-        quant = folded_quant(node, g) if folded_quant else None
+        quant = opdef.folded_quant(node, g)
         for out, val, (shape, dtype) in zip(node.outputs, values, types):
             if out:
                 g.tensors[out] = Tensor(

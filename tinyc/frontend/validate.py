@@ -99,8 +99,8 @@ def _check_utf8(msg: Any, path: list[str]) -> None:
                 continue
             items = list(val) if repeated else [val]
             for i, v in enumerate(items):
-                kind = _KINDS.get(fd.name)
-                _check_utf8(v, path + ([_label(v, kind, i)] if kind else []))
+                item_kind = _KINDS.get(fd.name)
+                _check_utf8(v, path + ([_label(v, item_kind, i)] if item_kind else []))
         elif fd.type == fd.TYPE_STRING:
             items = list(val) if repeated else [val]
             for v in items:
@@ -176,7 +176,7 @@ def _check_outputs(model: onnx.ModelProto) -> None:
 
 # -- initializer payloads --------------------------------------------------------------------------
 #: integer types stored in int32_data, and the range a value must lie in
-_INT32_RANGES = {
+_INT32_RANGES: dict[int, tuple[int, int]] = {  # keyed by TensorProto.data_type (an int)
     TensorProto.INT8: (-128, 127),
     TensorProto.UINT8: (0, 255),
     TensorProto.INT16: (-32768, 32767),
@@ -185,7 +185,7 @@ _INT32_RANGES = {
     TensorProto.FLOAT16: (0, 65535),
     TensorProto.BFLOAT16: (0, 65535),
 }
-_TYPED_FIELD = {
+_TYPED_FIELD: dict[int, tuple[str, int]] = {
     TensorProto.FLOAT: ("float_data", 1),
     TensorProto.COMPLEX64: ("float_data", 2),
     TensorProto.DOUBLE: ("double_data", 1),
@@ -213,7 +213,8 @@ def check_payload(t: onnx.TensorProto, what: str = "initializer") -> None:
     if t.HasField("raw_data") and not external and t.data_type != TensorProto.STRING:
         try:
             np_dt = helper.tensor_dtype_to_np_dtype(t.data_type)
-            bits = {TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.FLOAT4E2M1: 4}.get(t.data_type)
+            packed_bits: dict[int, int] = {TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.FLOAT4E2M1: 4}
+            bits = packed_bits.get(t.data_type)
             need = (count * bits + 7) // 8 if bits else count * np.dtype(np_dt).itemsize
         except Exception:
             need = None

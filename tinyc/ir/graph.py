@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from collections.abc import Iterator
 
 import numpy as np
@@ -108,7 +108,8 @@ class Graph:
 
     def add_constant(self, name: str, data: np.ndarray) -> str:
         data = np.asarray(data)
-        data = np.ascontiguousarray(data).reshape(data.shape)  # ascontiguousarray makes 0-d arrays 1-d
+        # ascontiguousarray makes 0-d arrays 1-d; numpy's stubs type this reshape's result as 0-d
+        data = cast(np.ndarray, np.ascontiguousarray(data).reshape(data.shape))
         if str(data.dtype) not in DTYPE_BYTES:
             from tinyc.errors import UnsupportedError
 

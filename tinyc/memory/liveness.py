@@ -45,7 +45,7 @@ def _aligned(n: int) -> int:
 
 
 def build_buffers(
-    graph: Graph, schedules: dict[str, dict[str, Any]]
+    graph: Graph, schedules: dict[str, dict[str, Any]], target: str
 ) -> tuple[list[Buffer], dict[str, str], dict[str, str]]:
     """Liveness over the node order. Step s is node s; graph inputs are live from step 0 and
     graph outputs until the last step (they are copied out after the run)."""
@@ -91,7 +91,7 @@ def build_buffers(
                 ):
                     inplace[out] = tensor_buffer[src]
             touch(tensor_buffer[out], step)
-        extra = opdef.scratch_bytes(node, graph, schedules.get(node.name, {}))
+        extra = opdef.scratch_bytes(node, graph, schedules.get(node.name, {}), target)
         if extra > 0:
             sname = f"{node.name}::scratch"
             scratch[node.name] = sname
@@ -107,7 +107,9 @@ def build_buffers(
     return buffers, tensor_buffer, scratch
 
 
-def plan_graph_memory(graph: Graph, schedules: dict[str, dict[str, Any]]) -> MemoryLayout:
-    buffers, tensor_buffer, scratch = build_buffers(graph, schedules)
+def plan_graph_memory(graph: Graph, schedules: dict[str, dict[str, Any]], target: str) -> MemoryLayout:
+    """The arena plan of `graph` under `schedules` for a schedule target (scratch sizes are the
+    target's: a knob a schedule leaves out takes that target's default)."""
+    buffers, tensor_buffer, scratch = build_buffers(graph, schedules, target)
     plan = plan_memory(buffers, alignment=ALIGNMENT)
     return MemoryLayout(plan, buffers, tensor_buffer, scratch)

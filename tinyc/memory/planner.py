@@ -222,8 +222,8 @@ def _build_groups(bufs: list[Buffer], by_name: dict[str, Buffer]) -> list[list[i
     """
     index = {b.name: i for i, b in enumerate(bufs)}
     pairs: list[tuple[int, int]] = []
-    for i, b in enumerate(bufs):
-        src = legal_inplace_target(b, by_name)
+    for i, buf in enumerate(bufs):
+        src = legal_inplace_target(buf, by_name)
         if src is not None:
             pairs.append((index[src.name], i))
     pairs.sort(key=lambda p: (-bufs[p[1]].size, bufs[p[1]].first, bufs[p[1]].name))

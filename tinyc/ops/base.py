@@ -2,21 +2,25 @@
 
 An operator lives in one module under ``tinyc/ops`` (plus its kernel template under
 ``templates/kernels``): how it is imported from ONNX, its shape rule, its numpy reference,
-its MAC count, its schedule knobs and scratch size. Adding an op touches nothing else.
+its MAC count, its int8 lowering, how it behaves under the layout, fusion and quantization
+passes, the dimensions a tuning task is keyed on, its schedule knobs and scratch size. The other
+stages read these declarations and keep no lists of op names, so adding an op touches nothing
+else. ``tinyc/ops/_template.py`` is a commented op to copy, with every hook and its default.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from tinyc.errors import UnsupportedError
-from tinyc.ir import DTYPE_BYTES, Graph, Node
+from tinyc.ir import DTYPE_BYTES, Graph, Node, QuantParams
 
 if TYPE_CHECKING:
     from tinyc.frontend.context import ImportContext
+    from tinyc.ops.impl import Implementation
 
 OutputType = tuple[tuple[int, ...], str]  # (shape, dtype)
 
@@ -35,6 +39,49 @@ CTYPES = {
 }
 
 
+Clamp = tuple[float | None, float | None]  # a real interval (lo, hi); None: unbounded on that side
+
+
+class Int8Lowering(Protocol):
+    """What an op's `lower_int8` may use: the int8 lowering in progress (tinyc.quantize.lower).
+
+    Float tensor names stand for values; `as_int8` gives (creating it on first use) the int8 tensor
+    holding one, `int8_output` a new int8 tensor for a float output, `emit` adds an int8 node."""
+
+    g: Graph
+
+    def quantizable(self, name: str) -> bool:
+        """Whether the float tensor has (or, a constant, can get) an int8 grid."""
+
+    def as_int8(self, name: str) -> str: ...
+
+    def int8_output(self, name: str, params: tuple[float, int] | None = None) -> str: ...
+
+    def emit(self, node: Node, float_out: str, int8_out: str) -> None: ...
+
+    def needs_output(self, node: Node) -> str | None:
+        """Why the node's output has no int8 grid to write, or None."""
+
+    def fused_clamp(self, node: Node) -> tuple[bool, Clamp | None]:
+        """(ok, clamp): the node's fused activation as an output clamp (ok False: not a clamp)."""
+
+    def preserving(self, node: Node, x_q: str, build: Callable[[str], Node]) -> None:
+        """Emit `build(y_q)`, whose output has x_q's grid; requantize when the model wants another."""
+
+    def lower_weighted(
+        self, node: Node, build: Callable[..., Node], shape_check: Callable[[Any, Any], str | None], *extra: Any
+    ) -> str | None:
+        """Conv / fully connected: constant float weights and bias, quantized by `build`."""
+
+    def move_unchanged(
+        self, node: Node, attrs_for: Callable[[tuple[float, int]], dict[str, Any]] | None = None
+    ) -> str | None:
+        """The same op on the int8 tensors, on its input's grid (`attrs_for(grid)`: attrs to change)."""
+
+    def lookup_table(self, node: Node) -> str | None:
+        """An int8 -> int8 table of the op's numpy reference (any elementwise unary op)."""
+
+
 class OpDef:
     """Base class: override what the op needs; defaults suit a simple shape-preserving op."""
 
@@ -45,6 +92,8 @@ class OpDef:
     inplace: bool = False  # output may overwrite input 0 (same byte size, elementwise)
     alias: bool = False  # output *is* input 0 reinterpreted (reshape-like): no code
     dtypes: tuple[str, ...] = ("float32",)  # element types the kernel accepts on input 0
+    #: the kernel variants a schedule selects among (tinyc.ops.impl), for ops with several
+    implementations: tuple[Implementation, ...] = ()
 
     # -- import ---------------------------------------------------------------------------
     def import_onnx(self, ctx: ImportContext) -> Node | list[Node]:
@@ -72,6 +121,108 @@ class OpDef:
     def params(self, node: Node, graph: Graph) -> int:
         return sum(graph.tensor(i).size for i in node.inputs if i and graph.tensor(i).is_constant)
 
+    # -- layout and fusion (tinyc.passes) -----------------------------------------------------
+    #: Elementwise (or per position): the layout pass (passes/layout.py) moves a transpose across
+    #: the node by transposing its constant operands, leaving the node itself as it is.
+    layout_agnostic: bool = False
+    #: The kernel has a channels-last form: the layout pass calls `to_channels_last` on its NCHW nodes.
+    channels_last_capable: bool = False
+    #: Its kernel applies a fused elementwise activation (attr ``activation``) to its output: the
+    #: fuse pass (passes/fuse.py) folds a following `fusable_activation` node into it.
+    absorbs_activation: bool = False
+    #: An elementwise activation a producer can apply to its own output (`apply`, `c_expr`): the
+    #: fuse pass folds it into an `absorbs_activation` producer.
+    fusable_activation: bool = False
+
+    def to_channels_last(self, node: Node, graph: Graph) -> bool:
+        """Switch an NCHW node to NHWC (attrs, constant operands); its input already arrives NHWC
+        and the layout pass re-infers its output. Only called when `channels_last_capable`."""
+        raise NotImplementedError(f"{self.op}: no channels-last form")
+
+    def can_permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
+        """Whether `permute` can take this node's input untransposed (asked before the layout pass
+        moves anything; see passes/layout.py for the convention). Default: it cannot."""
+        return False
+
+    def permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
+        """Make the node read T_perm's input directly (remap axes in its attrs); see passes/layout.py.
+        Only called when `can_permute` said yes."""
+        return False
+
+    def apply(self, attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+        """numpy: this activation (with `attrs`) applied to x; the reference of a producer it is fused into."""
+        raise NotImplementedError(f"{self.op}: not an activation")
+
+    def c_expr(self, attrs: dict[str, Any], x: str, ct: str = "float") -> str:
+        """C: this activation (with `attrs`) applied to the expression x, for a producer's kernel
+        (tinyc.codegen.emitter.activation_expr)."""
+        raise NotImplementedError(f"{self.op}: not an activation")
+
+    def activation_clamp(self, attrs: dict[str, Any]) -> Clamp | None:
+        """The interval this activation clamps to, when it is a clamp (Relu, Clip), else None.
+        Read by the fuse pass (an int8 graph fuses only clamps: an int8 kernel folds them into its
+        output clamp), the int8 lowering and the QDQ export (which keeps no Q/DQ before it)."""
+        return None
+
+    # -- quantization (tinyc.quantize, passes/qdq.py) -----------------------------------------
+    #: Moves int8 values unchanged (reshape-like, selection, padding, nearest resize): the int8
+    #: lowering runs the same op on the int8 tensors, on its input's grid (`lower_int8`'s default),
+    #: and calibration gives its output its input's grid (`keeps_input_grid`).
+    int8_passthrough: bool = False
+    #: `lower_int8` replaces the node by an integer kernel of its own. Without it (and without
+    #: `int8_passthrough`) the int8 lowering leaves the node float ("no int8 kernel").
+    int8_kernel: bool = False
+    #: An integer kernel that requantizes an int32 accumulator: it takes the attr ``rounding``
+    #: (passes/qdq.py set_requant_rounding; tinyc.numerics.fixed_point.ROUNDINGS).
+    requantizes: bool = False
+    #: Output is the input rearranged one to one (Transpose, Reshape): the QDQ pass copies an int8
+    #: annotation from either side to the other (passes/qdq.py propagate_through_moves), since the
+    #: layout pass leaves fresh tensor names on either side.
+    grid_crosses_both_ways: bool = False
+    #: The QDQ export (quantize/export.py) quantizes the op's float constant operands (int8 per
+    #: tensor, from their own min/max), as its int8 kernel takes them.
+    quantizes_constant_operands: bool = False
+    #: The ONNX op types (among `onnx_ops`) whose output the QDQ export puts on its data input's
+    #: scale and zero point (the same initializers), as onnxruntime's quantizer does.
+    qdq_shares_qparams: tuple[str, ...] = ()
+
+    def keeps_input_grid(self, node: Node) -> bool:
+        """Whether the output values are input values, so calibration (quantize/flow.py) gives the
+        output its input's grid instead of one of its own. Default: `int8_passthrough`."""
+        return self.int8_passthrough
+
+    def fixed_int8_grid(self, node: Node) -> tuple[float, int] | None:
+        """An output grid (scale, zero point) the op fixes whatever the calibrated range, as TFLite
+        does (Softmax: 1/256, -128), or None."""
+        return None
+
+    def lower_int8(self, node: Node, low: Int8Lowering) -> str | None:
+        """Replace `node` by int8 nodes through `low`; None when done, else why it stays float.
+        Called by tinyc.quantize.lower for `int8_kernel` and `int8_passthrough` ops once every data
+        input is float with an int8 grid. Default: the same op on the int8 tensors."""
+        return low.move_unchanged(node)
+
+    def folded_quant(self, node: Node, graph: Graph) -> QuantParams | None:
+        """The int8 grid a constant-folded output keeps (the frontend asks when it folds the node):
+        DequantizeLinear of a constant remembers its grid, a QOperator its declared output grid."""
+        return None
+
+    def fuses_onnx_activation(self) -> bool:
+        """For the QDQ export: tinyc fuses a Relu/Clip that follows this ONNX op, so no Q/DQ pair
+        goes between them. Default: `absorbs_activation`."""
+        return self.absorbs_activation
+
+    def onnx_weight_axis(self, op_type: str, attr: Callable[[str, Any], Any]) -> int | None:
+        """For the QDQ export: the output-channel axis of ONNX input 1 when it is a weight quantized
+        per channel (`attr(name, default)` reads the ONNX node's attributes); None: no weight."""
+        return None
+
+    # -- tuning (tinyc.tune) --------------------------------------------------------------------
+    def task_dims(self, node: Node, graph: Graph) -> dict[str, int]:
+        """The named problem dimensions of a tuning task (cost-model features, tinyc.tune.features).
+        Default: the output shape as d0, d1, ..."""
+        return {f"d{i}": int(d) for i, d in enumerate(graph.tensor(node.outputs[0]).shape)}
+
     # -- code generation -------------------------------------------------------------------
     def knobs(self, node: Node, graph: Graph) -> dict[str, list[Any]]:
         """Schedule knobs and their legal values (what a tuner may vary)."""
@@ -92,12 +243,16 @@ class OpDef:
         """A simple rule picking knob values from shapes (the untuned schedule)."""
         return {k: v[0] for k, v in self.knobs(node, graph).items()}
 
-    def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> int:
-        """Extra arena bytes the kernel needs while it runs (planned like a tensor)."""
+    def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> int:
+        """Extra arena bytes the kernel needs while it runs (planned like a tensor). `target` is
+        the schedule target: a knob the schedule leaves out takes *that* target's default, so the
+        scratch is sized for the variant that target's code runs (ops with implementations
+        choose both through one `implementation(node, graph, schedule, target)`)."""
         return 0
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
-        """Extra variables for the kernel template (derived sizes, strides, expressions)."""
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
+        """Extra variables for the kernel template (derived sizes, strides, expressions), for the
+        schedule target `target` (see scratch_bytes)."""
         return {}
 
     def check_supported(self, node: Node, graph: Graph) -> None:

@@ -16,10 +16,11 @@ from tinyc.ops.conv import apply_activation
 class ChannelAffine(OpDef):
     op = "ChannelAffine"
     onnx_ops = ("BatchNormalization",)
+    absorbs_activation = True
     template = "channel_affine.c.j2"
     inplace = True
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         if ctx.dtype(0) != "float32":
             ctx.unsupported(f"element type {ctx.dtype(0)} (float32 only)")
         if int(ctx.attr("training_mode", 0)) or any(o for o in ctx.outputs[1:]):
@@ -43,12 +44,21 @@ class ChannelAffine(OpDef):
         y = x.astype(np.float64) * inputs[1].reshape(shape) + inputs[2].reshape(shape)
         return [apply_activation(node, y.astype(x.dtype))]
 
+    def can_permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
+        return True
+
     def permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
         """Inputs now arrive untransposed (see passes/layout.py): axis a is now axis perm[a]."""
         node.attrs["axis"] = perm[node.attrs["axis"]]
         return True
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def fuses_onnx_activation(self) -> bool:
+        """The QDQ export keeps the Q/DQ pair between a BatchNormalization and its Relu/Clip (it
+        never counted BatchNormalization among the fusing producers), although the ChannelAffine
+        it becomes takes a fused activation."""
+        return False
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         shape = graph.tensor(node.inputs[0]).shape
         ax = node.attrs["axis"]
         return dict(outer=int(np.prod(shape[:ax])), C=int(shape[ax]), inner=int(np.prod(shape[ax + 1 :])))

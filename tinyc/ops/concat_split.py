@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from tinyc.ir import Graph, Node
-from tinyc.ops.base import AxisPermutable, OpDef, OutputType, normalize_axis, register
+from tinyc.ops.base import AxisPermutable, Int8Lowering, OpDef, OutputType, normalize_axis, register
 from tinyc.ops.slice_gather import ALL_DTYPES, _check_dtype, _ints, _where, empty_output, is_empty
 
 
@@ -22,11 +22,13 @@ class Concat(OpDef):
     """attrs: `axis` (normalised). Inputs may mix runtime tensors and constants."""
 
     op = "Concat"
-    onnx_ops = ("Concat",)
+    onnx_ops: tuple[str, ...] = ("Concat",)  # QConcat imports none
+    int8_kernel = True
+    quantizes_constant_operands = True
     template = "concat.c.j2"
     dtypes = ALL_DTYPES
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         ins = [i for i in ctx.inputs if i]
         if not ins:
             ctx.unsupported("no inputs")
@@ -72,14 +74,29 @@ class Concat(OpDef):
             inv[p] = i
         for k, name in enumerate(node.inputs):
             t = graph.tensor(name)
-            if t.is_constant:
+            if t.data is not None:  # a constant
                 node.inputs[k] = graph.add_constant(
                     graph.unique_name(f"{name}_perm"), np.ascontiguousarray(np.transpose(t.data, inv))
                 )
         node.attrs["axis"] = perm[node.attrs["axis"]]
         return True
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def lower_int8(self, node: Node, low: Int8Lowering) -> str | None:
+        """QConcat: each input rescaled onto the output grid (copied where the grids agree)."""
+        from tinyc.ops.qconcat import build_qconcat
+
+        if not all(low.quantizable(i) for i in node.inputs if i):
+            return "operand without int8 grid"
+        why = low.needs_output(node)
+        if why:
+            return why
+        ins = [low.as_int8(i) for i in node.inputs if i]
+        out = node.outputs[0]
+        y_q = low.int8_output(out)
+        low.emit(build_qconcat(low.g, node.name, ins, y_q, node.attrs["axis"], source=node.source), out, y_q)
+        return None
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         ax = node.attrs["axis"]
         out = graph.tensor(node.outputs[0]).shape
         parts = []
@@ -98,10 +115,12 @@ class Split(AxisPermutable, OpDef):
 
     op = "Split"
     onnx_ops = ("Split",)
+    int8_passthrough = True
+    qdq_shares_qparams = ("Split",)
     template = "split.c.j2"
     dtypes = ALL_DTYPES
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         _check_dtype(ctx)
         shape = ctx.shape(0)
         rank = len(shape)
@@ -151,7 +170,7 @@ class Split(AxisPermutable, OpDef):
         cuts = np.cumsum(node.attrs["sizes"])[:-1]
         return [np.ascontiguousarray(p) for p in np.split(inputs[0], cuts, axis=node.attrs["axis"])]
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         ax = node.attrs["axis"]
         shape = graph.tensor(node.inputs[0]).shape
         inner = _prod(shape[ax + 1 :])

@@ -6,12 +6,17 @@ weights as [KH, KW, IC/groups, OC] — the form the C kernels (and Cortex-M int8
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tinyc.ir import Graph, Node
-from tinyc.ops.base import OpDef, OutputType, register
+from tinyc.ir.isa import Isa
+from tinyc.ops.base import Int8Lowering, OpDef, OutputType, register
+from tinyc.ops.impl import Implementation, applicable, by_name
+
+if TYPE_CHECKING:
+    from tinyc.frontend.context import ImportContext
 
 
 def check_window(
@@ -49,7 +54,7 @@ def resolve_pads(
 
 
 def _resolve_pads(
-    ctx: Any, in_spatial: tuple[int, ...], kernel: list[int], strides: list[int], dilations: list[int]
+    ctx: ImportContext, in_spatial: tuple[int, ...], kernel: list[int], strides: list[int], dilations: list[int]
 ) -> list[int]:
     n = len(kernel)
     auto = ctx.attr("auto_pad", "NOTSET")
@@ -143,7 +148,7 @@ def conv_nchw_reference(
         patch = xp[tuple(sl)]  # N, C, *out
         for g in range(group):
             pg = patch[:, g * icg : (g + 1) * icg]
-            wg = wd[(slice(g * ocg, (g + 1) * ocg), slice(None), *kidx)]  # ocg, icg
+            wg = wd[(slice(g * ocg, (g + 1) * ocg), slice(None)) + tuple(kidx)]  # ocg, icg
             y[:, g * ocg : (g + 1) * ocg] += np.einsum("nc...,oc->no...", pg, wg)
     if b is not None:
         y += b.astype(np.float64).reshape(1, OC, *([1] * n_sp))
@@ -156,7 +161,7 @@ def weights_to_channels_last(node: Node, graph: Graph, tail: list[int]) -> bool:
     if node.attrs["layout"] != "NCHW":
         return False
     w_name = node.inputs[1]
-    w = graph.tensor(w_name).data
+    w = np.asarray(graph.tensor(w_name).data)  # (a constant: import proved it)
     w_last = np.ascontiguousarray(np.transpose(w, list(range(2, w.ndim)) + tail))
     node.inputs[1] = graph.add_constant(graph.unique_name(node.inputs[1] + "_hwio"), w_last)
     # a QDQ weight's int8 grid (axis counted in the ONNX layout) stays with the moved weights
@@ -171,6 +176,10 @@ GRID_VECS = (1, 2, 4, 8, 16)
 #: Bytes of weight rows a "grid" work-group stages per chunk with `local_mem`: small enough that
 #: several work-groups fit in a GPU compute unit's 32-64 KiB of local memory.
 GRID_LOCAL_BUDGET = 4096
+
+
+#: The knobs a convolution's "grid" variant reads (``grid_canonical``).
+GRID_KNOBS = ("variant", "oc_tile", "px_tile", "vec", "local_mem", "loop_order")
 
 
 def grid_knobs() -> dict[str, list[Any]]:
@@ -337,17 +346,62 @@ def apply_activation(node: Node, y: np.ndarray) -> np.ndarray:
         return y
     from tinyc.ops.base import get_op
 
-    return get_op(act["op"]).apply(act.get("attrs", {}), y)  # type: ignore[attr-defined]
+    return get_op(act["op"]).apply(act.get("attrs", {}), y)
+
+
+def conv_dims(node: Node, graph: Graph) -> dict[str, int]:
+    """A convolution's sizes as one 2D view (N, C, H, W, OC, KH, KW, SH, SW, DH, DW, PT, PL, PB,
+    PR, OH, OW, G, ICG, OCG): 1D convs are 2D with H=1. Shared by Conv and QConv."""
+    a = node.attrs
+    x = graph.tensor(node.inputs[0]).shape
+    w = graph.tensor(node.inputs[1]).shape
+    n = len(a["kernel"])
+    if a["layout"] == "NCHW":
+        N, C, sp = x[0], x[1], list(x[2:])
+        OC = w[0]
+    else:
+        N, C, sp = x[0], x[-1], list(x[1:-1])
+        OC = w[-1]
+    k, s, d = list(a["kernel"]), list(a["strides"]), list(a["dilations"])
+    pb, pe = list(a["pads"][:n]), list(a["pads"][n:])
+    if n == 1:
+        sp, k, s, d, pb, pe = [1] + sp, [1] + k, [1] + s, [1] + d, [0] + pb, [0] + pe
+    out = [conv_out_size(sp[i], k[i], s[i], d[i], pb[i], pe[i]) for i in range(2)]
+    g = a["group"]
+    return dict(
+        N=N,
+        C=C,
+        H=sp[0],
+        W=sp[1],
+        OC=OC,
+        KH=k[0],
+        KW=k[1],
+        SH=s[0],
+        SW=s[1],
+        DH=d[0],
+        DW=d[1],
+        PT=pb[0],
+        PL=pb[1],
+        PB=pe[0],
+        PR=pe[1],
+        OH=out[0],
+        OW=out[1],
+        G=g,
+        ICG=C // g,
+        OCG=OC // g,
+    )
 
 
 @register
 class Conv(OpDef):
     op = "Conv"
     onnx_ops = ("Conv",)
+    absorbs_activation = True
+    int8_kernel = True
     template = "conv.c.j2"
     channels_last_capable = True
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         xs = ctx.shape(0)
         if len(xs) not in (3, 4):
             ctx.unsupported(f"only 1D and 2D convolutions are supported (input rank {len(xs)})")
@@ -377,45 +431,8 @@ class Conv(OpDef):
 
     # -- shapes ---------------------------------------------------------------------------
     def _dims(self, node: Node, graph: Graph) -> dict[str, int]:
-        """Normalised 2D view: 1D convs are 2D with H=1."""
-        a = node.attrs
-        x = graph.tensor(node.inputs[0]).shape
-        w = graph.tensor(node.inputs[1]).shape
-        n = len(a["kernel"])
-        if a["layout"] == "NCHW":
-            N, C, sp = x[0], x[1], list(x[2:])
-            OC = w[0]
-        else:
-            N, C, sp = x[0], x[-1], list(x[1:-1])
-            OC = w[-1]
-        k, s, d = list(a["kernel"]), list(a["strides"]), list(a["dilations"])
-        pb, pe = list(a["pads"][:n]), list(a["pads"][n:])
-        if n == 1:
-            sp, k, s, d, pb, pe = [1] + sp, [1] + k, [1] + s, [1] + d, [0] + pb, [0] + pe
-        out = [conv_out_size(sp[i], k[i], s[i], d[i], pb[i], pe[i]) for i in range(2)]
-        g = a["group"]
-        return dict(
-            N=N,
-            C=C,
-            H=sp[0],
-            W=sp[1],
-            OC=OC,
-            KH=k[0],
-            KW=k[1],
-            SH=s[0],
-            SW=s[1],
-            DH=d[0],
-            DW=d[1],
-            PT=pb[0],
-            PL=pb[1],
-            PB=pe[0],
-            PR=pe[1],
-            OH=out[0],
-            OW=out[1],
-            G=g,
-            ICG=C // g,
-            OCG=OC // g,
-        )
+        """Normalised 2D view: 1D convs are 2D with H=1 (``conv_dims``)."""
+        return conv_dims(node, graph)
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         m = self._dims(node, graph)
@@ -446,6 +463,17 @@ class Conv(OpDef):
         """Switch to NHWC: weights [OC, ICg, *K] -> [*K, ICg, OC]."""
         return weights_to_channels_last(node, graph, [1, 0])
 
+    def lower_int8(self, node: Node, low: Int8Lowering) -> str | None:
+        """QConv (channels-last only): weights per output channel, a fused clamp in the output clamp."""
+        from tinyc.ops.qconv import build_qconv
+
+        if node.attrs.get("layout") != "NHWC":
+            return "convolution not channels-last"
+        return low.lower_weighted(node, build_qconv, lambda w, b: None, node.attrs)
+
+    def onnx_weight_axis(self, op_type: str, attr: Any) -> int | None:
+        return 0  # W [OC, IC/g, *K]
+
     # -- schedule -------------------------------------------------------------------------
     def knobs(self, node: Node, graph: Graph) -> dict[str, list[Any]]:
         """Tile sizes need not divide the output: the kernel adds a tail tile for the rest."""
@@ -457,7 +485,7 @@ class Conv(OpDef):
             oc_tiles.insert(0, ch)
         ow_tiles = [t for t in (8, 6, 5, 4, 3, 2, 1) if t <= m["OW"]]
         return {
-            "variant": ["depthwise" if depthwise else "direct", "grid"],
+            "variant": [i.name for i in applicable(self.implementations, node, graph)],
             "oc_tile": oc_tiles,
             "ow_tile": ow_tiles,
             "loop_order": ["pixels_outer", "channels_outer"],
@@ -490,7 +518,7 @@ class Conv(OpDef):
         # faster on every conv shape tried; the tuner may refine this per board.
         ks = self.knobs(node, graph)
         m = self._dims(node, graph)
-        if target == "opencl":
+        if Isa.parse(target).work_items:
             return grid_conv_default(m, ks)
         # a width that leaves a tail tile counts 3/4: tail tiles are narrower, so slower
         pairs = [
@@ -507,23 +535,25 @@ class Conv(OpDef):
         order = "channels_outer" if weight_bytes > 256 * 1024 else "pixels_outer"
         return {"variant": ks["variant"][0], "oc_tile": oc_tile, "ow_tile": ow_tile, "loop_order": order}
 
-    def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> int:
-        """A zero row stands in for padded pixels when several output pixels share a tile."""
-        m = self._dims(node, graph)
-        sched = schedule or self.default_schedule(node, graph, "host")
-        if sched.get("variant") == "grid":  # padded taps are masked, not read from a zero row
-            return 0
-        if min(sched.get("ow_tile", 1), m["OW"]) > 1 and (m["PL"] or m["PR"]):
-            return 4 * (m["C"] if sched.get("variant") == "depthwise" else m["ICG"])
-        return 0
+    def implementation(
+        self, node: Node, graph: Graph, schedule: dict[str, Any] | None, target: str
+    ) -> tuple[Implementation, dict[str, Any]]:
+        """The registered implementation a schedule runs and the schedule itself (the target's
+        default when it is empty): what scratch_bytes and kernel_context use."""
+        sched = schedule or self.default_schedule(node, graph, target)
+        return by_name(self.implementations, sched["variant"], f"node '{node.source or node.name}' (Conv)"), sched
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> int:
+        impl, sched = self.implementation(node, graph, schedule, target)
+        return impl.scratch(node, graph, sched)
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         m = self._dims(node, graph)
         if node.attrs["layout"] != "NHWC":
             from tinyc.errors import UnsupportedError
 
             raise UnsupportedError(f"node '{node.source}': Conv kernels run channels-last only")
-        sched = schedule or self.default_schedule(node, graph, "host")
+        impl, sched = self.implementation(node, graph, schedule, target)
         padded = any(m[k] for k in ("PT", "PL", "PB", "PR"))
         ctx = dict(
             m=m,
@@ -534,7 +564,36 @@ class Conv(OpDef):
             mult=m["OCG"],
             loop_order=sched.get("loop_order", "pixels_outer"),
             grid_dw=m["ICG"] == 1 and m["G"] > 1,
+            impl_template=impl.template,
         )
         if sched["variant"] == "grid":
             ctx.update(grid_conv_context(m, sched, 4, self.knobs(node, graph)["px_tile"]))
         return ctx
+
+
+# -- the registered implementations -------------------------------------------------------
+def _is_depthwise(node: Node, graph: Graph) -> bool:
+    m = conv_dims(node, graph)
+    return m["ICG"] == 1 and m["G"] > 1
+
+
+def _is_dense(node: Node, graph: Graph) -> bool:
+    return not _is_depthwise(node, graph)
+
+
+def _zero_row(node: Node, graph: Graph, sched: dict[str, Any]) -> int:
+    """A zero row stands in for padded pixels when several output pixels share a tile."""
+    m = conv_dims(node, graph)
+    if min(sched.get("ow_tile", 1), m["OW"]) > 1 and (m["PL"] or m["PR"]):
+        return 4 * (m["C"] if sched.get("variant") == "depthwise" else m["ICG"])
+    return 0
+
+
+_TILED_KNOBS = ("variant", "oc_tile", "ow_tile", "loop_order")
+
+Conv.implementations = (
+    Implementation("direct", "conv/tiled.c.j2", _is_dense, None, _TILED_KNOBS, _zero_row, 10),
+    Implementation("depthwise", "conv/tiled.c.j2", _is_depthwise, None, _TILED_KNOBS, _zero_row, 10),
+    # padded taps are masked, not read from a zero row: no scratch
+    Implementation("grid", "conv/grid.c.j2", needs="opencl", knobs=GRID_KNOBS, priority=-10),
+)

@@ -88,9 +88,9 @@ def convtranspose_nchw_reference(
             sl.append(slice(start, start + (in_sp[i] - 1) * strides[i] + 1, strides[i]))
         for g in range(group):
             xg = xd[:, g * icg : (g + 1) * icg]
-            wg = wd[(slice(g * icg, (g + 1) * icg), slice(None), *kidx)]  # icg, ocg
+            wg = wd[(slice(g * icg, (g + 1) * icg), slice(None)) + tuple(kidx)]  # icg, ocg
             contrib = np.einsum("nc...,co->no...", xg, wg)
-            buf[(sl[0], slice(g * ocg, (g + 1) * ocg), *sl[2:])] += contrib
+            buf[(sl[0], slice(g * ocg, (g + 1) * ocg)) + tuple(sl[2:])] += contrib
     crop = [slice(None), slice(None)] + [slice(pads[i] - lo[i], pads[i] - lo[i] + out_sp[i]) for i in range(n)]
     y = buf[tuple(crop)]
     if b is not None:
@@ -102,10 +102,11 @@ def convtranspose_nchw_reference(
 class ConvTranspose(OpDef):
     op = "ConvTranspose"
     onnx_ops = ("ConvTranspose",)
+    absorbs_activation = True
     template = "conv_transpose.c.j2"
     channels_last_capable = True
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         xs = ctx.shape(0)
         if len(xs) not in (3, 4):
             ctx.unsupported(f"only 1D and 2D transposed convolutions are supported (input rank {len(xs)})")
@@ -246,6 +247,9 @@ class ConvTranspose(OpDef):
         return weights_to_channels_last(node, graph, [0, 1])
 
     # -- schedule -------------------------------------------------------------------------
+    def onnx_weight_axis(self, op_type: str, attr: Any) -> int | None:
+        return 1  # W [IC, OC/g, *K]
+
     def knobs(self, node: Node, graph: Graph) -> dict[str, list[Any]]:
         m = self._dims(node, graph)
         tiles = [t for t in (32, 16, 8, 4, 2, 1) if m["OCG"] % t == 0]
@@ -262,12 +266,12 @@ class ConvTranspose(OpDef):
         ow = 1 if columns < 2 or m["ICG"] < 4 else 4 if oc <= 16 else 2
         return {"oc_tile": oc, "ow_tile": min(ow, 1 << (columns.bit_length() - 1))}
 
-    def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> int:
+    def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> int:
         """A zero row stands in for out-of-range input columns of a multi-column tile."""
         sched = schedule or self.default_schedule(node, graph, "host")
         return 4 * self._dims(node, graph)["ICG"] if sched.get("ow_tile", 1) > 1 else 0
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         if node.attrs["layout"] != "NHWC":
             raise UnsupportedError(f"node '{node.source or node.name}': ConvTranspose kernels run channels-last only")
         m = self._dims(node, graph)

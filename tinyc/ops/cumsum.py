@@ -27,7 +27,7 @@ class CumSum(AxisPermutable, OpDef):
     template = "cumsum.c.j2"
     dtypes = DTYPES
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         self.require_dtype(ctx)
         shape = ctx.shape(0)
         if not shape:
@@ -62,7 +62,7 @@ class CumSum(AxisPermutable, OpDef):
     def macs(self, node: Node, graph: Graph) -> int:
         return graph.tensor(node.inputs[0]).size
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         t = graph.tensor(node.inputs[0])
         ax = node.attrs["axis"]
         ct = CTYPES[t.dtype]

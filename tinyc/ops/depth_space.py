@@ -46,7 +46,7 @@ class _Block(OpDef):
     dtypes = ALL_DTYPES
     template = "slice.c.j2"
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         return _import(ctx, self.op)
 
     def view(self, shape: tuple[int, ...], bs: int, mode: str) -> tuple[list[int], list[int]]:
@@ -78,7 +78,7 @@ class _Block(OpDef):
         )
         return [np.ascontiguousarray(y.reshape(out_shape))]
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         dims, strides = self.view(graph.tensor(node.inputs[0]).shape, node.attrs["blocksize"], node.attrs["mode"])
         return strided_copy_context(dims, strides, 0)
 
@@ -87,6 +87,7 @@ class _Block(OpDef):
 class DepthToSpace(_Block):
     op = "DepthToSpace"
     onnx_ops = ("DepthToSpace",)
+    int8_passthrough = True
 
     def view(self, shape: tuple[int, ...], bs: int, mode: str) -> tuple[list[int], list[int]]:
         # y[b, c, h*bs + i, w*bs + j] = x[b, ch(c, i, j), h, w] viewed as [b, c, h, i, w, j]
@@ -104,6 +105,7 @@ class DepthToSpace(_Block):
 class SpaceToDepth(_Block):
     op = "SpaceToDepth"
     onnx_ops = ("SpaceToDepth",)
+    int8_passthrough = True
 
     def view(self, shape: tuple[int, ...], bs: int, mode: str) -> tuple[list[int], list[int]]:
         # y[b, ch(c, i, j), h, w] = x[b, c, h*bs + i, w*bs + j]

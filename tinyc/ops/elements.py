@@ -84,7 +84,7 @@ class _Elements(OpDef):
         axis = normalize_axis(int(ctx.attr("axis", 0)), rank, _where(ctx))
         return axis, int(shape[axis])
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         x, ind = graph.tensor(node.inputs[0]), graph.tensor(node.inputs[1])
         ctx = _walk_context(x.shape, ind.shape, node.attrs["axis"])
         ctx.update(
@@ -111,8 +111,9 @@ class GatherElements(_Elements):
 
     op = "GatherElements"
     onnx_ops = ("GatherElements",)
+    qdq_shares_qparams = ("GatherElements",)
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         axis, n = self._common(ctx)
         shape, ishape = ctx.shape(0), ctx.shape(1)
         for k, (d, i) in enumerate(zip(shape, ishape)):
@@ -144,7 +145,7 @@ class ScatterElements(_Elements):
     op = "ScatterElements"
     onnx_ops = ("ScatterElements", "Scatter")
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         axis, n = self._common(ctx)
         red = str(ctx.attr("reduction", "none"))
         if red not in REDUCTIONS:

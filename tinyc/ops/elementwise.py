@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from collections.abc import Callable
 
 import numpy as np
 
-from tinyc.codegen.dialect import c_float
+from tinyc.numerics.literals import c_float
 from tinyc.ir import Graph, Node
-from tinyc.ops.base import OpDef, OutputType, broadcast_strides, register_instance
+from tinyc.ops.base import Clamp, Int8Lowering, OpDef, OutputType, broadcast_strides, register_instance
+
+if TYPE_CHECKING:
+    from tinyc.frontend.context import ImportContext
 
 F = c_float
 
@@ -189,13 +192,16 @@ class UnaryOp(OpDef):
     inplace = True
     layout_agnostic = True
 
+    int8_kernel = True  # any unary op becomes an int8 lookup table (QLut) of its reference
+
     def __init__(self, spec: UnarySpec) -> None:
         self.spec = spec
         self.op = spec.name
         self.onnx_ops = (spec.name,)
         self.dtypes = spec.dtypes
+        self.fusable_activation = spec.fusable
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         attrs = {k: float(ctx.attr(k, v)) for k, v in self.spec.defaults.items()}
         if self.op == "Clip":
             # opset < 11: attributes; opset >= 11: optional constant inputs
@@ -221,10 +227,21 @@ class UnaryOp(OpDef):
     def c_expr(self, attrs: dict[str, Any], x: str, ct: str = "float") -> str:
         return self.spec.c_fn(x, dict(self.spec.defaults, **attrs))
 
+    def activation_clamp(self, attrs: dict[str, Any]) -> Clamp | None:
+        if self.op == "Relu":
+            return (0.0, None)
+        if self.op == "Clip":
+            lo, hi = float(attrs.get("min", -math.inf)), float(attrs.get("max", math.inf))
+            return (None if math.isinf(lo) else lo, None if math.isinf(hi) else hi)
+        return None
+
+    def lower_int8(self, node: Node, low: Int8Lowering) -> str | None:
+        return low.lookup_table(node)
+
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         return [self.apply({k: v for k, v in node.attrs.items() if k != "activation"}, inputs[0])]
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         return {"expr": self.c_expr(node.attrs, "v"), "count": graph.tensor(node.inputs[0]).size}
 
 
@@ -266,6 +283,8 @@ class BinarySpec:
     c_int: str | None = None  # C expression for integer types (None: float only)
     out_dtype: str | None = None  # fixed output type (comparisons: bool); None: the input type
     only_bool: bool = False  # logical ops take bool inputs only
+    absorbs_activation: bool = False  # the kernel applies a fused activation (OpDef.absorbs_activation)
+    int8: bool = False  # has an int8 kernel (QAdd, QMul) that takes int8 constant operands
 
 
 def _div_np(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -282,9 +301,9 @@ def _pow_np(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 BINARY: list[BinarySpec] = [
-    BinarySpec("Add", np.add, "a + b", "a + b"),
-    BinarySpec("Sub", np.subtract, "a - b", "a - b"),
-    BinarySpec("Mul", np.multiply, "a * b", "a * b"),
+    BinarySpec("Add", np.add, "a + b", "a + b", absorbs_activation=True, int8=True),
+    BinarySpec("Sub", np.subtract, "a - b", "a - b", absorbs_activation=True),
+    BinarySpec("Mul", np.multiply, "a * b", "a * b", absorbs_activation=True, int8=True),
     BinarySpec("Div", _div_np, "a / b", "a / b"),
     BinarySpec("Pow", _pow_np, "powf(a, b)"),
     BinarySpec("PRelu", lambda a, b: np.where(a < 0, a * b, a).astype(a.dtype), "(a < 0.0f ? a * b : a)"),
@@ -335,13 +354,15 @@ class BinaryOp(OpDef):
         self.spec = spec
         self.op = spec.name
         self.onnx_ops = (spec.name,)
+        self.absorbs_activation = spec.absorbs_activation
+        self.int8_kernel = self.quantizes_constant_operands = spec.int8
         self.dtypes = ("bool",) if spec.only_bool else ("float32",) + (INT_TYPES if spec.c_int else ())
         if spec.out_dtype == "bool" and not spec.only_bool:
             self.dtypes = self.dtypes + ("bool",) if spec.name == "Equal" else self.dtypes
         if spec.out_dtype:
             self.inplace = False  # the output type differs from the input's
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         if ctx.opset < 7 and (ctx.has_attr("broadcast") or ctx.has_attr("axis")):
             if ctx.attr("axis") is not None and ctx.attr("broadcast", 0):
                 ctx.unsupported("legacy axis-broadcasting (opset < 7) is not supported")
@@ -399,22 +420,42 @@ class BinaryOp(OpDef):
         if act:
             from tinyc.ops.base import get_op
 
-            y = get_op(act["op"]).apply(act.get("attrs", {}), y)  # type: ignore[attr-defined]
+            y = get_op(act["op"]).apply(act.get("attrs", {}), y)
         return [y]
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def lower_int8(self, node: Node, low: Int8Lowering) -> str | None:
+        """QAdd / QMul on the operands' grids, a fused clamp folded into the output clamp."""
+        from tinyc.ops.qelementwise import build_qadd, build_qmul
+
+        ok, clamp = low.fused_clamp(node)
+        if not ok:
+            return f"fused {node.attrs['activation']['op']} is not a clamp"
+        if len(node.inputs) != 2 or not all(low.quantizable(i) for i in node.inputs):
+            return "operand without int8 grid"
+        why = low.needs_output(node)
+        if why:
+            return why
+        a_q, b_q = (low.as_int8(i) for i in node.inputs)
+        out = node.outputs[0]
+        y_q = low.int8_output(out)
+        build = build_qadd if self.op == "Add" else build_qmul
+        low.emit(build(low.g, node.name, a_q, b_q, y_q, clamp, source=node.source), out, y_q)
+        return None
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         a, b = graph.tensor(node.inputs[0]), graph.tensor(node.inputs[1])
         out = graph.tensor(node.outputs[0])
         dims, (sa, sb) = collapse_broadcast(out.shape, [a.shape, b.shape])
         is_int = a.dtype in INT_TYPES or a.dtype == "bool"
-        expr = self.spec.c_int if is_int else self.spec.c_float
+        # integer inputs pass import only where the spec has a c_int (see dtypes)
+        expr = cast(str, self.spec.c_int) if is_int else self.spec.c_float
         if out.dtype == "float64":
             expr = expr.replace("powf", "pow")
         return {"dims": dims, "sa": sa, "sb": sb, "expr": expr, "is_int": is_int}
 
 
-for _spec in BINARY:
-    register_instance(BinaryOp(_spec))
+for _binary in BINARY:
+    register_instance(BinaryOp(_binary))
 
 
 class NotOp(OpDef):
@@ -427,13 +468,13 @@ class NotOp(OpDef):
     layout_agnostic = True
     dtypes = ("bool",)
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         return ctx.make_node("Not", inputs=ctx.inputs[:1])
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         return [np.logical_not(inputs[0])]
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         return {"count": graph.tensor(node.inputs[0]).size, "expr": "(uint8_t)!v"}
 
 
@@ -460,7 +501,7 @@ class WhereOp(OpDef):
         if graph.tensor(node.inputs[1]).dtype not in CTYPES:
             raise UnsupportedError(f"node '{node.source}': Where on {graph.tensor(node.inputs[1]).dtype}")
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         out = graph.tensor(node.outputs[0])
         dims, strides = collapse_broadcast(out.shape, [graph.tensor(i).shape for i in node.inputs])
         return {"dims": dims, "strides": strides}
@@ -478,7 +519,7 @@ class SumMeanOp(OpDef):
         self.onnx_ops = (name,)
         self.kind = name
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx: ImportContext) -> Node | list[Node]:
         ins = [i for i in ctx.inputs if i]
         check_legacy_broadcast(ctx, self.kind, ins)
         nodes: list[Node] = []

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, OutputType, register
+
+if TYPE_CHECKING:
+    from tinyc.frontend.context import ImportContext
 
 FLOATS = ("float32", "float64")
 
@@ -17,7 +20,7 @@ class _Classify(OpDef):
     layout_agnostic = True
     dtypes = FLOATS
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx: ImportContext) -> Node | list[Node]:
         self.require_dtype(ctx)
         attrs: dict[str, Any] = {}
         if self.op == "IsInf":
@@ -27,10 +30,10 @@ class _Classify(OpDef):
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         return [(graph.tensor(node.inputs[0]).shape, "bool")]
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
-        return {"count": graph.tensor(node.inputs[0]).size, "expr": self.c_expr(node)}
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
+        return {"count": graph.tensor(node.inputs[0]).size, "expr": self.classify_expr(node)}
 
-    def c_expr(self, node: Node) -> str:
+    def classify_expr(self, node: Node) -> str:
         raise NotImplementedError
 
 
@@ -42,7 +45,7 @@ class IsNaN(_Classify):
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         return [np.isnan(inputs[0])]
 
-    def c_expr(self, node: Node) -> str:
+    def classify_expr(self, node: Node) -> str:
         return "(uint8_t)(v != v)"
 
 
@@ -57,7 +60,7 @@ class IsInf(_Classify):
         x = inputs[0]
         return [(np.isposinf(x) & node.attrs["pos"]) | (np.isneginf(x) & node.attrs["neg"])]
 
-    def c_expr(self, node: Node) -> str:
+    def classify_expr(self, node: Node) -> str:
         pos, neg = node.attrs["pos"], node.attrs["neg"]
         if pos and neg:
             return "(uint8_t)(v == INFINITY || v == -INFINITY)"

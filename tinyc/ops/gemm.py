@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from tinyc.ir import Graph, Node
-from tinyc.ops.base import OpDef, OutputType, broadcast_strides, register
+from tinyc.ops.base import Int8Lowering, OpDef, OutputType, broadcast_strides, register
+from tinyc.ir.isa import Isa
 from tinyc.ops.conv import (
     GRID_ORDERS,
     apply_activation,
@@ -21,6 +22,8 @@ from tinyc.ops.conv import (
     grid_knob_target,
     grid_knobs,
 )
+
+from tinyc.ops.impl import Implementation, applicable, by_name
 
 MM_TYPES = ("float32",)
 
@@ -44,15 +47,26 @@ def check_gemm_shapes(ctx: Any, ta: int, tb: int) -> None:
             ctx.invalid(f"bias C of shape {list(c)} does not broadcast to the result [{M}, {N}]")
 
 
+def _fc_shapes(w: Any, b: Any) -> str | None:
+    """Why a Gemm's constant B and C do not make a fully connected int8 layer, or None."""
+    if len(w.shape) != 2:
+        return "weights not a constant matrix"
+    if b is not None and b.size != w.shape[1]:
+        return "bias not a per-column vector"
+    return None
+
+
 @register
 class Gemm(OpDef):
     """y[M,N] = alpha * A' @ B' + beta * C (A' = A or A^T, B' likewise; C broadcast to [M, N])."""
 
     op = "Gemm"
     onnx_ops = ("Gemm",)
+    absorbs_activation = True
+    int8_kernel = True
     template = "gemm.c.j2"
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         if ctx.dtype(0) not in MM_TYPES:
             ctx.unsupported(f"element type {ctx.dtype(0)} (float32 only)")
         alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
@@ -100,16 +114,28 @@ class Gemm(OpDef):
             y = y + node.attrs["beta"] * inputs[2].astype(np.float64)
         return [apply_activation(node, y.astype(np.float32))]
 
+    def lower_int8(self, node: Node, low: Int8Lowering) -> str | None:
+        """A fully connected layer (QMatMul with a constant int8 B)."""
+        from tinyc.ops.qmatmul import build_qfc
+
+        a = node.attrs
+        if a.get("transA") or a.get("transB") or float(a.get("alpha", 1.0)) != 1.0 or float(a.get("beta", 1.0)) != 1.0:
+            return "Gemm with transposes or alpha/beta"
+        return low.lower_weighted(node, build_qfc, _fc_shapes)
+
+    def onnx_weight_axis(self, op_type: str, attr: Any) -> int | None:
+        return 0 if attr("transB", 0) else 1  # the output-column axis of B
+
     def knobs(self, node: Node, graph: Graph) -> dict[str, list[Any]]:
         M, K, N = self.dims(node, graph)
-        if node.attrs["transB"] or node.attrs["transA"] or node.attrs["alpha"] != 1.0:
+        if not _plain(node, graph):
             return {"variant": ["strided"]}  # the only variant that applies alpha (dynamic B)
         n_tiles = [t for t in (32, 16, 8, 4, 2, 1) if t <= N]
         if N < 32 and N not in n_tiles:
             n_tiles.insert(0, N)
         m_tiles = [t for t in (4, 2, 1) if t <= M]
         return {
-            "variant": ["tiled", "rowacc", "grid"],
+            "variant": [i.name for i in applicable(self.implementations, node, graph)],
             "n_tile": n_tiles,
             "m_tile": m_tiles,
             **grid_knobs(),
@@ -136,7 +162,7 @@ class Gemm(OpDef):
         """Tiles need not divide M or N (tail tiles); up to 4 rows share each weight load.
         OpenCL: the "grid" variant (``grid_matmul_default``)."""
         ks = self.knobs(node, graph)
-        if target == "opencl" and "grid" in ks["variant"]:
+        if Isa.parse(target).work_items and "grid" in ks["variant"]:
             M, _, N = self.dims(node, graph)
             return grid_matmul_default(M, N, ks)
         s = {k: v[0] for k, v in ks.items() if k not in ("vec", "local_mem", "loop_order")}
@@ -145,9 +171,17 @@ class Gemm(OpDef):
             s["m_tile"] = max(fits) if fits else 1
         return s
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def implementation(
+        self, node: Node, graph: Graph, schedule: dict[str, Any] | None, target: str
+    ) -> tuple[Implementation, dict[str, Any]]:
+        """The registered implementation a schedule runs and the schedule itself (the target's
+        default when it is empty)."""
+        sched = schedule or self.default_schedule(node, graph, target)
+        return by_name(self.implementations, sched["variant"], f"node '{node.source or node.name}' (Gemm)"), sched
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         M, K, N = self.dims(node, graph)
-        sched = schedule or self.default_schedule(node, graph, "host")
+        impl, sched = self.implementation(node, graph, schedule, target)
         ta, tb = node.attrs["transA"], node.attrs["transB"]
         ctx: dict[str, Any] = dict(
             M=M,
@@ -161,6 +195,7 @@ class Gemm(OpDef):
             alpha=node.attrs["alpha"],
             beta=node.attrs["beta"],
             has_c=len(node.inputs) > 2,
+            impl_template=impl.template,
         )
         if ctx["has_c"]:
             cs = broadcast_strides(graph.tensor(node.inputs[2]).shape, (M, N))
@@ -229,10 +264,11 @@ class MatMul(OpDef):
 
     op = "MatMul"
     onnx_ops = ("MatMul",)
+    absorbs_activation = True
     template = "matmul.c.j2"
     dtypes = MM_TYPES
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         if ctx.dtype(0) not in MM_TYPES:
             ctx.unsupported(f"element type {ctx.dtype(0)} (float32 only)")
         a_shape = ctx.shape(0)
@@ -316,6 +352,9 @@ class MatMul(OpDef):
         y = np.matmul(inputs[0].astype(np.float64), inputs[1].astype(np.float64)).astype(inputs[0].dtype)
         return [apply_activation(node, y)]
 
+    def onnx_weight_axis(self, op_type: str, attr: Any) -> int | None:
+        return 1  # B [K, N]
+
     def knobs(self, node: Node, graph: Graph) -> dict[str, list[Any]]:
         """Only the OpenCL target has a choice: "serial" (the C loop nest) or "grid" (work-items
         over batches x row tiles x column tiles); the C targets have no knobs here."""
@@ -325,7 +364,7 @@ class MatMul(OpDef):
         if N < 32 and N not in n_tiles:
             n_tiles.insert(0, N)
         return {
-            "variant": ["serial", "grid"],
+            "variant": [i.name for i in applicable(self.implementations, node, graph)],
             "n_tile": n_tiles,
             "m_tile": [t for t in (4, 2, 1) if t <= M],
             **grid_knobs(),
@@ -349,27 +388,38 @@ class MatMul(OpDef):
         return {}
 
     def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
-        if target != "opencl":
+        if not Isa.parse(target).work_items:
             return {}
         a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
         batch, M, _, N, _ = self._shapes(a, b)
         return grid_matmul_default(M, N, self.knobs(node, graph), int(np.prod(batch, dtype=np.int64)))
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def implementation(
+        self, node: Node, graph: Graph, schedule: dict[str, Any] | None, target: str
+    ) -> tuple[Implementation, dict[str, Any]]:
+        """The registered implementation a schedule runs ("serial" unless it says "grid"; no knob
+        of "serial" has a default to fill) and the schedule."""
+        sched = dict(schedule or {})
+        name = sched.get("variant", "serial")
+        return by_name(self.implementations, name, f"node '{node.source or node.name}' (MatMul)"), sched
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
         batch, M, K, N, _ = self._shapes(a, b)
+        impl, schedule = self.implementation(node, graph, schedule, target)
         a2 = (1, *a) if len(a) == 1 else a
         b2 = (*b, 1) if len(b) == 1 else b
         sa = broadcast_strides(tuple(a2[:-2]), tuple(batch)) if batch else []
         sb = broadcast_strides(tuple(b2[:-2]), tuple(batch)) if batch else []
-        ctx = dict(
+        ctx: dict[str, Any] = dict(
             batch=batch or [1],
             bsa=[s * M * K for s in sa] or [0],
             bsb=[s * K * N for s in sb] or [0],
             M=M,
             K=K,
             N=N,
-            variant=(schedule or {}).get("variant", "serial"),
+            variant=impl.name,
+            impl_template=impl.template,
         )
         if ctx["variant"] == "grid":
             ctx.update(
@@ -379,3 +429,30 @@ class MatMul(OpDef):
                 boff=grid_batches(batch, ctx["bsb"]),
             )
         return ctx
+
+
+# -- the registered implementations -------------------------------------------------------
+def _plain(node: Node, graph: Graph) -> bool:
+    """A constant [K, N] right-hand side with alpha folded in (import): no transposes, alpha 1."""
+    a = node.attrs
+    return not (a["transB"] or a["transA"] or a["alpha"] != 1.0)
+
+
+def _strided(node: Node, graph: Graph) -> bool:
+    return not _plain(node, graph)
+
+
+#: The knobs a matrix product's "grid" variant reads (``grid_canonical``).
+GRID_MATMUL_KNOBS = ("variant", "n_tile", "m_tile", "vec", "local_mem", "loop_order")
+
+Gemm.implementations = (
+    Implementation("tiled", "gemm/tiled.c.j2", _plain, knobs=("variant", "n_tile", "m_tile"), priority=20),
+    Implementation("rowacc", "gemm/rowacc.c.j2", _plain, knobs=("variant",), priority=10),
+    Implementation("grid", "gemm/grid.c.j2", _plain, needs="opencl", knobs=GRID_MATMUL_KNOBS, priority=-10),
+    # the only variant that applies alpha and reads transposed or dynamic operands
+    Implementation("strided", "gemm/strided.c.j2", _strided, knobs=("variant",)),
+)
+MatMul.implementations = (
+    Implementation("serial", "matmul/serial.c.j2", knobs=()),
+    Implementation("grid", "matmul/grid.c.j2", needs="opencl", knobs=GRID_MATMUL_KNOBS, priority=-10),
+)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
 from onnx import helper
@@ -38,7 +39,7 @@ class Range(OpDef):
     onnx_ops = ("Range",)
     dtypes = RANGE_DTYPES
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         self.require_dtype(ctx)
         vals = [ctx.require_const(i, what) for i, what in enumerate(("start", "limit", "delta"))]
         if any(np.asarray(v).size != 1 for v in vals):
@@ -53,7 +54,7 @@ class Range(OpDef):
             from tinyc.errors import UnsupportedError
 
             raise UnsupportedError(f"node '{node.source or node.name}' (Range): inputs must be constants")
-        return [((len(_range(*vals)),), graph.tensor(node.inputs[0]).dtype)]
+        return [((len(_range(*cast("list[np.ndarray]", vals))),), graph.tensor(node.inputs[0]).dtype)]
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         return [_range(inputs[0], inputs[1], inputs[2])]
@@ -67,7 +68,7 @@ class EyeLike(OpDef):
     onnx_ops = ("EyeLike",)
     dtypes = tuple(CTYPES)
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         shape = tuple(int(d) for d in ctx.shape(0))
         if len(shape) != 2:
             ctx.unsupported(f"input of rank {len(shape)} (EyeLike needs 2-D)")

@@ -11,7 +11,7 @@ class GlobalLpPool(OpDef):
     op = "_GlobalLpPool"
     onnx_ops = ("GlobalLpPool",)
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         if ctx.dtype(0) not in ("float32", "float64"):
             ctx.unsupported(f"element type {ctx.dtype(0)} (supported: float32, float64)")
         rank = len(ctx.shape(0))

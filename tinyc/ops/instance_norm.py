@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from tinyc.codegen.dialect import c_float
+from tinyc.numerics.literals import c_float
 from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, register
 from tinyc.ops.conv import apply_activation
@@ -20,7 +20,7 @@ class InstanceNorm(OpDef):
     onnx_ops = ("InstanceNormalization",)
     template = "instance_norm.c.j2"
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         shape = ctx.shape(0)
         if ctx.dtype(0) != "float32":
             ctx.unsupported(f"element type {ctx.dtype(0)} (float32 only)")
@@ -56,6 +56,9 @@ class InstanceNorm(OpDef):
     def params(self, node: Node, graph: Graph) -> int:
         return 2 * graph.tensor(node.inputs[1]).size
 
+    def can_permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
+        return True
+
     def permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
         node.attrs["axis"] = perm[node.attrs["axis"]]
         node.attrs["batch_axis"] = perm[node.attrs["batch_axis"]]
@@ -86,9 +89,9 @@ class InstanceNorm(OpDef):
             channels_last=dims[0] == 1 and dims[4] == 1 and ax > bx,
         )
 
-    def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> int:
+    def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> int:
         v = self._view(node, graph)
         return 2 * 8 * v["C"] if v["channels_last"] else 0
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         return dict(self._view(node, graph), eps=c_float(node.attrs["epsilon"]))

@@ -57,7 +57,7 @@ class _RowNorm(OpDef):
     dtypes = FLOATS
     rms = False
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         self.require_dtype(ctx)
         stash = int(ctx.attr("stash_type", 1))
         if stash != 1:
@@ -123,7 +123,7 @@ class _RowNorm(OpDef):
     def permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
         return self.can_permute(node, graph, perm)
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         t = graph.tensor(node.inputs[0])
         if t.dtype not in self.dtypes:
             raise UnsupportedError(f"node '{node.source or node.name}' ({node.op}): element type {t.dtype}")
@@ -163,7 +163,7 @@ class LpNormalization(AxisPermutable, OpDef):
     template = "lp_norm.c.j2"
     dtypes = FLOATS
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         self.require_dtype(ctx)
         rank = len(ctx.shape(0))
         axis = int(ctx.attr("axis", -1))
@@ -196,11 +196,11 @@ class LpNormalization(AxisPermutable, OpDef):
         ax = node.attrs["axis"]
         return _prod(shape[:ax]), int(shape[ax]), _prod(shape[ax + 1 :])
 
-    def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> int:
+    def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> int:
         inner = self._split(node, graph)[2]
         return 0 if inner == 1 else inner * (8 if graph.tensor(node.inputs[0]).dtype == "float64" else 4)
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         t = graph.tensor(node.inputs[0])
         if t.dtype not in self.dtypes:
             raise UnsupportedError(f"node '{node.source or node.name}' ({node.op}): element type {t.dtype}")

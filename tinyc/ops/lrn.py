@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tinyc.codegen.dialect import c_float
+from tinyc.numerics.literals import c_float
 from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, register
 
@@ -23,7 +23,7 @@ class LRN(OpDef):
     onnx_ops = ("LRN",)
     template = "lrn.c.j2"
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         if ctx.dtype(0) != "float32":
             ctx.unsupported(f"element type {ctx.dtype(0)} (float32 only)")
         if len(ctx.shape(0)) < 2:
@@ -62,11 +62,14 @@ class LRN(OpDef):
     def macs(self, node: Node, graph: Graph) -> int:
         return graph.tensor(node.inputs[0]).size * (node.attrs["size"] + 2)
 
+    def can_permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
+        return True
+
     def permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
         node.attrs["axis"] = perm[node.attrs["axis"]]
         return True
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         a = node.attrs
         shape = graph.tensor(node.inputs[0]).shape
         ax = a["axis"]

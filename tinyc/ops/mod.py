@@ -10,7 +10,7 @@ right), like onnx's reference; left shifts of signed values wrap through the uns
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,12 +18,15 @@ from tinyc.ir import Graph, Node
 from tinyc.ops.base import CTYPES, OpDef, OutputType, register
 from tinyc.ops.elementwise import collapse_broadcast
 
+if TYPE_CHECKING:
+    from tinyc.frontend.context import ImportContext
+
 FLOATS = ("float32", "float64")
 SIGNED = ("int8", "int16", "int32", "int64")
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
 
 
-def _check_binary(ctx: Any, dtypes: tuple[str, ...]) -> tuple[int, ...]:
+def _check_binary(ctx: ImportContext, dtypes: tuple[str, ...]) -> tuple[int, ...]:
     if len([i for i in ctx.inputs if i]) != 2:
         ctx.unsupported("expects exactly two inputs")
     if ctx.dtype(0) not in dtypes:
@@ -49,7 +52,7 @@ class _Binary(OpDef):
     def body(self, node: Node, dtype: str) -> str:
         raise NotImplementedError
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         a, b = graph.tensor(node.inputs[0]), graph.tensor(node.inputs[1])
         out = graph.tensor(node.outputs[0])
         dims, (sa, sb) = collapse_broadcast(out.shape, [a.shape, b.shape])
@@ -64,7 +67,7 @@ class Mod(_Binary):
     onnx_ops = ("Mod",)
     dtypes = FLOATS + SIGNED + UNSIGNED
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         _check_binary(ctx, self.dtypes)
         fmod = int(ctx.attr("fmod", 0))
         if fmod not in (0, 1):
@@ -130,7 +133,7 @@ class BitShift(_Binary):
     onnx_ops = ("BitShift",)
     dtypes = UNSIGNED + SIGNED
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         _check_binary(ctx, self.dtypes)
         direction = str(ctx.attr("direction", "")).upper()
         if direction not in ("LEFT", "RIGHT"):

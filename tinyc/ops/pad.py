@@ -5,13 +5,17 @@ contiguous copy. Negative pads crop (constant mode). Any dtype."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tinyc.ir import Graph, Node
-from tinyc.ops.base import OpDef, OutputType, normalize_axis, register
+from tinyc.numerics.qparams import quantize_constant
+from tinyc.ops.base import Int8Lowering, OpDef, OutputType, normalize_axis, register
 from tinyc.ops.slice_gather import ALL_DTYPES, _check_dtype, _ints, _where, empty_output, is_empty, _remap
+
+if TYPE_CHECKING:
+    from tinyc.frontend.context import ImportContext
 
 MODES = ("constant", "reflect", "edge", "wrap")
 
@@ -46,10 +50,12 @@ class Pad(OpDef):
 
     op = "Pad"
     onnx_ops = ("Pad",)
+    int8_passthrough = True
+    qdq_shares_qparams = ("Pad",)
     template = "pad.c.j2"
     dtypes = ALL_DTYPES
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx: ImportContext) -> Node | list[Node]:
         _check_dtype(ctx)
         shape = ctx.shape(0)
         rank = len(shape)
@@ -136,10 +142,21 @@ class Pad(OpDef):
         node.attrs["pads"] = _remap(p[:r], perm) + _remap(p[r:], perm)
         return True
 
+    def lower_int8(self, node: Node, low: Int8Lowering) -> str | None:
+        """Moves int8 values; a constant pad value is put on the input's grid."""
+        if node.attrs.get("mode", "constant") != "constant":
+            return low.move_unchanged(node)
+
+        def value_on(grid: tuple[float, int]) -> dict[str, Any]:
+            s, zp = grid
+            return {"value": int(quantize_constant(np.array([node.attrs.get("value", 0.0)], np.float32), s, zp)[0])}
+
+        return low.move_unchanged(node, value_on)
+
     def macs(self, node: Node, graph: Graph) -> int:
         return 0
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         shape = graph.tensor(node.inputs[0]).shape
         r = len(shape)
         p = node.attrs["pads"]

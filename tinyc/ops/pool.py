@@ -13,7 +13,7 @@ import numpy as np
 
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node
-from tinyc.ops.base import OpDef, OutputType, ctype, register
+from tinyc.ops.base import Int8Lowering, OpDef, OutputType, ctype, register
 from tinyc.ops.conv import conv_out_size, resolve_pads
 
 
@@ -37,14 +37,16 @@ def _windows(
 @register
 class Pool(OpDef):
     op = "Pool"
-    onnx_ops = ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
+    onnx_ops: tuple[str, ...] = ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
+    int8_kernel = True
+    qdq_shares_qparams = ("MaxPool", "AveragePool")
     template = "pool.c.j2"
     channels_last_capable = True
-    dtypes = ("float32", "int8", "uint8")
+    dtypes: tuple[str, ...] = ("float32", "int8", "uint8")
     #: element types MaxPool / GlobalMaxPool take besides float32 (no arithmetic, only compares)
     INT_DTYPES = ("int8", "uint8")
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         xs = ctx.shape(0)
         n = len(xs) - 2
         if n not in (1, 2):
@@ -188,7 +190,28 @@ class Pool(OpDef):
                 "needs the integer QAvgPool (float32 only here)"
             )
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def keeps_input_grid(self, node: Node) -> bool:
+        return node.attrs["kind"] == "max"  # a maximum is one of the input values
+
+    def lower_int8(self, node: Node, low: Int8Lowering) -> str | None:
+        """Max pooling on the input's grid (QMaxPool); average pooling requantizes (QAvgPool)."""
+        from tinyc.ops.qpool import build_qavgpool, build_qmaxpool
+
+        x_q = low.as_int8(node.inputs[0])
+        if node.attrs["kind"] == "max":
+            low.preserving(
+                node, x_q, lambda y: build_qmaxpool(low.g, node.name, x_q, y, node.attrs, source=node.source)
+            )
+            return None
+        why = low.needs_output(node)
+        if why:
+            return why
+        out = node.outputs[0]
+        y_q = low.int8_output(out)
+        low.emit(build_qavgpool(low.g, node.name, x_q, y_q, node.attrs, source=node.source), out, y_q)
+        return None
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         if node.attrs["layout"] != "NHWC":
             raise UnsupportedError(f"node '{node.source}': pooling kernels run channels-last only")
         m = self._dims(node, graph)

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 
 from tinyc.errors import UnsupportedError
-from tinyc.ir import Graph, Node
+from tinyc.ir import Graph, Node, QuantParams
 from tinyc.ops.base import register
 from tinyc.ops.concat_split import Concat
 from tinyc.ops.qelementwise import QRANGE, _MsIO, _where, qtensor, rescale_attrs
-from tinyc.quantize import arith
+from tinyc.numerics import fixed_point as arith
 
 
 def build_qconcat(graph: Graph, name: str, inputs: list[str], out: str, axis: int, source: str = "") -> Node:
@@ -73,12 +73,14 @@ class QConcat(Concat):
     copy plan are Concat's."""
 
     op = "QConcat"
+    int8_kernel = False  # already integer
+    quantizes_constant_operands = False
     onnx_ops = ()
     ms_ops = ("QLinearConcat",)
     template = "q_concat.c.j2"
     dtypes = ("int8",)
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         """(Y_scale, Y_zp, then (X, X_scale, X_zp) per input) -> Y; attr axis."""
         n = len(ctx.inputs) - 2
         if n < 3 or n % 3:
@@ -106,7 +108,7 @@ class QConcat(Concat):
         y = ms.output(tuple(oshape), s, zp, dt)
         return ms.finish(build_qconcat(ctx.graph, ctx.name, xs, y, axis, source=ctx.name))
 
-    def folded_quant(self, node: Node, graph: Graph) -> Any:
+    def folded_quant(self, node: Node, graph: Graph) -> QuantParams | None:
         return graph.tensor(node.outputs[0]).quant
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -129,8 +131,8 @@ class QConcat(Concat):
             parts.append(rescale_attrs(pa, x).astype(np.int8))
         return [np.ascontiguousarray(np.concatenate(parts, axis=a["axis"]))]
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
-        ctx = super().kernel_context(node, graph, schedule)
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
+        ctx = super().kernel_context(node, graph, schedule, target)
         a = node.attrs
         for p in ctx["parts"]:
             k = p["index"]

@@ -17,7 +17,7 @@ onnxruntime requantizes in float, so it may differ from this by 1 LSB.
 lowering): symmetric int8 weights per output channel (the model's own grid when it has one),
 int32 bias on the grid ``s_x * s_w[c]``, the fused activation folded into the output clamp.
 
-The C kernels (``qconv.c.j2``, knob ``variant``): ``baseline`` is the original one-pixel loop;
+The C kernels (``QConv.implementations``, templates under ``kernels/qconv/``, knob ``variant``): ``baseline`` is the original one-pixel loop;
 ``direct`` / ``pointwise`` / ``depthwise`` compute a register tile of ``px_tile`` output pixels x
 ``oc_tile`` channels, so every weight load serves several pixels, with products formed in int16
 (exact: see ``_mac_forms``) so that they vectorise, and a branch-free requantization loop equal
@@ -32,20 +32,24 @@ import numpy as np
 
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node, QuantParams
+from tinyc.ir.isa import Isa
 from tinyc.ops.base import OutputType, get_op, register
 from tinyc.ops.conv import (
     Conv,
+    conv_dims,
     conv_out_size,
     grid_canonical,
     grid_conv_context,
     grid_conv_default,
     grid_knob_target,
+    GRID_KNOBS,
     grid_knobs,
     resolve_pads,
 )
-from tinyc.quantize import arith
-from tinyc.quantize.qparams import import_scale, import_zero_point
-from tinyc.quantize.qparams import qparams_of
+from tinyc.ops.impl import Implementation, applicable, by_name
+from tinyc.numerics import fixed_point as arith
+from tinyc.numerics.qparams import import_scale, import_zero_point
+from tinyc.numerics.qparams import qparams_of
 
 #: Activation types the kernel reads/writes, with their clamp ranges.
 QRANGE: dict[str, tuple[int, int]] = {"int8": (-128, 127), "uint8": (0, 255)}
@@ -274,11 +278,14 @@ def build_qconv(
 class QConv(Conv):
     op = "QConv"
     onnx_ops = ("QLinearConv",)
+    absorbs_activation = False  # the int8 kernel clamps; these facts of Conv are not QConv's
+    int8_kernel = False
+    requantizes = True
     template = "qconv.c.j2"
     channels_last_capable = True
     dtypes = ("int8", "uint8")
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         xs = ctx.shape(0)
         if len(xs) not in (3, 4):
             ctx.unsupported(f"only 1D and 2D convolutions are supported (input rank {len(xs)})")
@@ -371,6 +378,12 @@ class QConv(Conv):
         )
 
     # -- shapes ---------------------------------------------------------------------------
+    def onnx_weight_axis(self, op_type: str, attr: Any) -> int | None:
+        return None  # QLinearConv arrives quantized: no weight for the QDQ export to quantize
+
+    def task_dims(self, node: Node, graph: Graph) -> dict[str, int]:
+        return {k: int(v) for k, v in self._dims(node, graph).items()}
+
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         ((shape, _),) = super().infer(node, graph)
         return [(shape, node.attrs["qdtype"])]
@@ -405,7 +418,7 @@ class QConv(Conv):
             patch = xp[tuple(sl)]
             for g in range(group):
                 pg = patch[:, g * icg : (g + 1) * icg]
-                wg = wi[(slice(g * ocg, (g + 1) * ocg), slice(None), *kidx)]
+                wg = wi[(slice(g * ocg, (g + 1) * ocg), slice(None)) + tuple(kidx)]
                 acc[:, g * ocg : (g + 1) * ocg] += np.einsum("nc...,oc->no...", pg, wg)
         acc += b.astype(np.int64).reshape(1, OC, *([1] * n_sp))
         bshape = (OC,) + (1,) * n_sp
@@ -426,11 +439,7 @@ class QConv(Conv):
         into the scratch buffer once per call (a vector of int8 weights narrower than the SIMD
         width would not vectorise); loop_order: which tile loop is outside."""
         m = self._dims(node, graph)
-        dw = m["ICG"] == 1 and m["G"] > 1
-        pw = all(m[k] == 1 for k in ("KH", "KW", "SH", "SW")) and not any(m[k] for k in ("PT", "PL", "PB", "PR"))
-        variants = ["depthwise"] if dw else (["pointwise", "direct"] if pw else ["direct"])
-        if dw and m["SW"] == 1 and m["OCG"] == 1:
-            variants.insert(0 if m["C"] < 32 else 1, "depthwise_rows")
+        dw = _depthwise(m)
         ch = m["OC"] if dw else m["OCG"]
         oc_tiles = [t for t in (64, 32, 16, 8, 4, 2, 1) if t <= ch]
         if ch < 64 and ch not in oc_tiles:
@@ -439,7 +448,7 @@ class QConv(Conv):
         forms = _mac_forms(node, graph)
         int8_w = graph.tensor(node.inputs[1]).dtype == "int8" and forms[0] != "i32"
         return {
-            "variant": variants + ["baseline", "grid"],
+            "variant": [i.name for i in applicable(self.implementations, node, graph)],
             "oc_tile": oc_tiles,
             "px_tile": [t for t in (16, 8, 6, 4, 3, 2, 1) if t <= pixels],
             "mac": forms,
@@ -455,7 +464,8 @@ class QConv(Conv):
         depthwise reads int8 activations anyway, so there only for 16 <= tile < 64 channels)."""
         ks = self.knobs(node, graph)
         m = self._dims(node, graph)
-        if target == "opencl":
+        isa = Isa.parse(target)
+        if isa.work_items:
             return grid_conv_default(m, ks)
         dw = ks["variant"][0] in ("depthwise", "depthwise_rows")
         ch = m["OC"] if dw else m["OCG"]
@@ -463,7 +473,7 @@ class QConv(Conv):
         j = max([p for p in ks["px_tile"] if p * t <= 256 and p <= 8] or [1])
         if ks["variant"][0] == "depthwise_rows":  # about 128 lanes of pixels x channels
             j = max([p for p in ks["px_tile"] if p * m["C"] <= 128] or [1])
-        wide = target == "host" and True in ks["wide_weights"] and (not dw or 16 <= t < 64)
+        wide = isa.family == "host" and True in ks["wide_weights"] and (not dw or 16 <= t < 64)
         order = "channels_outer" if graph.tensor(node.inputs[1]).nbytes > 256 * 1024 else "pixels_outer"
         sched = {
             "variant": ks["variant"][0],
@@ -473,10 +483,7 @@ class QConv(Conv):
             "wide_weights": wide,
             "loop_order": order,
         }
-        from tinyc.schedule import isa_of  # (tinyc.schedule imports tinyc.ops)
-
-        isa = isa_of(target)
-        simd = next((f for f in reversed(SIMD_FORMS) if f in isa and f in ks["mac"]), None)
+        simd = next((f for f in reversed(SIMD_FORMS) if isa.has(f) and f in ks["mac"]), None)
         if simd is not None:  # dsp: weights pre-split (2x their flash) up to 32 KiB of them
             split = (
                 simd == "dsp"
@@ -537,14 +544,20 @@ class QConv(Conv):
                 sched["wide_weights"] = False
         return sched
 
-    def _schedule(self, node: Node, graph: Graph, schedule: dict[str, Any] | None) -> dict[str, Any]:
-        return {**self.default_schedule(node, graph, "host"), **(schedule or {})}
+    def implementation(
+        self, node: Node, graph: Graph, schedule: dict[str, Any] | None, target: str
+    ) -> tuple[Implementation, dict[str, Any]]:
+        """The registered implementation a schedule runs, and the schedule completed with the
+        target's default (the knobs it leaves out): what scratch_bytes and kernel_context use."""
+        sched = {**self.default_schedule(node, graph, target), **(schedule or {})}
+        name = self._simd(sched) or sched["variant"]
+        return by_name(self.implementations, name, f"node '{node.source or node.name}' (QConv)"), sched
 
     @staticmethod
     def _simd(sched: dict[str, Any]) -> str | None:
         """The SIMD micro-kernel the schedule runs ("dsp" / "mve"), None for the portable loops:
         "pointwise" / "direct" / "depthwise" have them; "depthwise_rows" runs "i16x2" for them."""
-        mac, variant = sched["mac"], sched["variant"]
+        mac, variant = sched.get("mac"), sched["variant"]
         if mac in SIMD_FORMS and variant in ("pointwise", "direct", "depthwise"):
             return mac
         return None
@@ -573,11 +586,16 @@ class QConv(Conv):
             zlen = m["KW"] * m["C"] * (1 + max(1, min(int(sched["px_tile"]), m["N"] * m["OH"] * m["OW"])))
         return wbytes, (wbytes + 15) // 16 * 16, zlen
 
-    def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> int:
-        wbytes, zoff, zlen = self._scratch_layout(node, graph, self._schedule(node, graph, schedule))
+    def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> int:
+        impl, sched = self.implementation(node, graph, schedule, target)
+        return impl.scratch(node, graph, sched)
+
+    def tiled_scratch(self, node: Node, graph: Graph, sched: dict[str, Any]) -> int:
+        """The tiled kernels' scratch: the widened weights, then (16-byte aligned) the x_zp row."""
+        wbytes, zoff, zlen = self._scratch_layout(node, graph, sched)
         return zoff + zlen if zlen else wbytes
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         m = self._dims(node, graph)
         if node.attrs["layout"] != "NHWC":
             raise UnsupportedError(f"node '{node.source}': QConv kernels run channels-last only")
@@ -585,10 +603,10 @@ class QConv(Conv):
         OC = m["OC"]
         mult = list(a["multiplier"]) * (OC if len(a["multiplier"]) == 1 else 1)
         shift = list(a["shift"]) * (OC if len(a["shift"]) == 1 else 1)
-        sched = self._schedule(node, graph, schedule)
+        impl, sched = self.implementation(node, graph, schedule, target)
         ks = self.knobs(node, graph)
-        for k in ("variant", "mac"):
-            if sched[k] not in ks[k]:
+        for k in ("variant", "mac"):  # (a "grid" schedule, OpenCL's, has no "mac")
+            if k in sched and sched[k] not in ks[k]:
                 raise UnsupportedError(
                     f"node '{node.source or node.name}' (QConv): schedule {k}={sched[k]!r} is not among {ks[k]}"
                 )
@@ -606,6 +624,7 @@ class QConv(Conv):
             act_min=a["act_min"],
             act_max=a["act_max"],
             int8_out=a["qdtype"] == "int8",
+            impl_template=impl.template,
             **arith.rounding_context(a),
         )
         if sched["variant"] == "baseline":
@@ -650,7 +669,11 @@ class QConv(Conv):
         if sched["variant"] == "depthwise_rows":
             C, J = m["C"], ctx["J"]
             w = np.asarray(graph.tensor(node.inputs[1]).data).reshape(-1, C)  # [KH*KW, C]
-            bias = folded if folded is not None else [int(v) for v in graph.tensor(node.inputs[2]).data.reshape(-1)]
+            bias = (
+                folded
+                if folded is not None
+                else [int(v) for v in np.asarray(graph.tensor(node.inputs[2]).data).reshape(-1)]
+            )
             rep = lambda v: [v[l % C] for l in range(J * C)]  # noqa: E731  (lane l is channel l % C)
             ctx["lanes"] = dict(
                 w=[int(v) for q in range(w.shape[0]) for v in rep(w[q])],
@@ -662,6 +685,73 @@ class QConv(Conv):
             lo = min(m["PL"], m["OW"])
             ctx.update(ow_lo=lo, ow_hi=max(lo, min(m["OW"], m["W"] + m["PL"] - (m["KW"] - 1) * m["DW"])))
         return ctx
+
+
+# -- the registered implementations -------------------------------------------------------
+def _depthwise(m: dict[str, int]) -> bool:
+    """One input channel per group (and more than one group): the "depthwise" kernels."""
+    return m["ICG"] == 1 and m["G"] > 1
+
+
+def _is_depthwise(node: Node, graph: Graph) -> bool:
+    return _depthwise(conv_dims(node, graph))
+
+
+def _is_dense(node: Node, graph: Graph) -> bool:
+    return not _is_depthwise(node, graph)
+
+
+def _is_pointwise(node: Node, graph: Graph) -> bool:
+    """1x1 taps, stride 1, no padding: pixel p's inputs are the row at x + p*C."""
+    m = conv_dims(node, graph)
+    return (
+        not _depthwise(m)
+        and all(m[k] == 1 for k in ("KH", "KW", "SH", "SW"))
+        and not any(m[k] for k in ("PT", "PL", "PB", "PR"))
+    )
+
+
+def _has_rows(node: Node, graph: Graph) -> bool:
+    """Depthwise, stride 1 along W, channel multiplier 1: pixels x channels are one lane run."""
+    m = conv_dims(node, graph)
+    return _depthwise(m) and m["SW"] == 1 and m["OCG"] == 1
+
+
+def _rows_priority(node: Node, graph: Graph) -> int:
+    """Pixels x channels lanes pay off with few channels (measured: first below 32 channels)."""
+    return 25 if conv_dims(node, graph)["C"] < 32 else 5
+
+
+def _simd_form(form: str) -> Any:
+    def applies(node: Node, graph: Graph) -> bool:
+        return form in _mac_forms(node, graph)
+
+    return applies
+
+
+def _tiled_scratch(node: Node, graph: Graph, sched: dict[str, Any]) -> int:
+    return get_op("QConv").tiled_scratch(node, graph, sched)  # type: ignore[attr-defined]
+
+
+#: The knobs the tiled kernels read (grid: ``grid_canonical``; baseline: none).
+_TILED_KNOBS = ("variant", "oc_tile", "px_tile", "mac", "wide_weights", "loop_order")
+
+QConv.implementations = (
+    Implementation("pointwise", "qconv/tiled.c.j2", _is_pointwise, None, _TILED_KNOBS, _tiled_scratch, 30),
+    Implementation("direct", "qconv/tiled.c.j2", _is_dense, None, _TILED_KNOBS, _tiled_scratch, 20),
+    Implementation("depthwise_rows", "qconv/rows.c.j2", _has_rows, None, _TILED_KNOBS, _tiled_scratch, _rows_priority),
+    Implementation("depthwise", "qconv/tiled.c.j2", _is_depthwise, None, _TILED_KNOBS, _tiled_scratch, 10),
+    Implementation("baseline", "qconv/baseline.c.j2", priority=0, knobs=("variant",)),
+    Implementation("grid", "qconv/grid.c.j2", needs="opencl", priority=-10, knobs=GRID_KNOBS),
+    # the SIMD micro-kernels of "pointwise" / "direct" / "depthwise" (knob mac; _mac_forms says
+    # when they are exact: int8 weights in [-127, 127], the folded bias inside int32)
+    Implementation(
+        "dsp", "qconv/tiled.c.j2", _simd_form("dsp"), "dsp", _TILED_KNOBS, _tiled_scratch, selected_by="mac"
+    ),
+    Implementation(
+        "mve", "qconv/tiled.c.j2", _simd_form("mve"), "mve", _TILED_KNOBS, _tiled_scratch, selected_by="mac"
+    ),
+)
 
 
 def _simd_tiles(simd: str, dw: bool, ch: int, px_tiles: list[int]) -> dict[str, int]:

@@ -1,7 +1,7 @@
 """QuantizeLinear and DequantizeLinear (ONNX opsets 10-28, integer forms).
 
 Both are elementwise affine maps whose parameters (scale, zero point) must be compile-time
-constants. The arithmetic is ``tinyc.quantize.arith`` (the project's one integer truth):
+constants. The arithmetic is ``tinyc.numerics.fixed_point`` (the project's one integer truth):
 
 * Quantize: ``q = clamp(round_half_even(x / scale) + zp, qmin, qmax)`` with the division in
   x's float type (float32), like onnxruntime and ONNX's reference: the C kernel divides (it does
@@ -16,7 +16,7 @@ Float8 / int4 / int2 / float4 types and blocked quantization (``block_size`` > 0
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from onnx import TensorProto
@@ -24,7 +24,10 @@ from onnx import TensorProto
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node, QuantParams
 from tinyc.ops.base import OpDef, OutputType, normalize_axis, register
-from tinyc.quantize import arith
+from tinyc.numerics import fixed_point as arith
+
+if TYPE_CHECKING:
+    from tinyc.frontend.context import ImportContext
 
 #: Integer types a quantized tensor may have, with their [qmin, qmax].
 QRANGE: dict[str, tuple[int, int]] = {
@@ -35,7 +38,7 @@ QRANGE: dict[str, tuple[int, int]] = {
 }
 #: DequantizeLinear also takes int32 input (e.g. biases).
 DQ_IN = tuple(QRANGE) + ("int32",)
-_ONNX_QTYPES = {
+_ONNX_QTYPES: dict[int, str] = {  # keyed by TensorProto.DataType (an int)
     TensorProto.INT8: "int8",
     TensorProto.UINT8: "uint8",
     TensorProto.INT16: "int16",
@@ -115,6 +118,9 @@ def _split(shape: tuple[int, ...], axis: int) -> dict[str, int]:
 class _QDQ(OpDef):
     """Shared layout handling: per-tensor is layout-agnostic, per-axis remaps its axis."""
 
+    def can_permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
+        return True
+
     def permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
         """Inputs now arrive untransposed (passes/layout.py): axis a is now axis perm[a]."""
         if node.attrs["axis"] is not None:
@@ -141,7 +147,7 @@ class QuantizeLinear(_QDQ):
     template = "quantize_linear.c.j2"
     dtypes = ("float32", "int32")
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx: ImportContext) -> Node | list[Node]:
         if ctx.dtype(0) not in self.dtypes:
             ctx.unsupported(f"input of type {ctx.dtype(0)} (float32 or int32 only)")
         precision = int(ctx.attr("precision", 0) or 0)
@@ -174,7 +180,7 @@ class QuantizeLinear(_QDQ):
             q = np.where(np.isnan(x), qmin, q)  # the C kernel's (and onnxruntime's x86) NaN rule
         return [q.astype(node.attrs["qdtype"])]
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         qmin, qmax = QRANGE[node.attrs["qdtype"]]
         x = graph.tensor(node.inputs[0])
         return dict(
@@ -193,7 +199,7 @@ class DequantizeLinear(_QDQ):
     template = "dequantize_linear.c.j2"
     dtypes = DQ_IN
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         if ctx.dtype(0) not in DQ_IN:
             ctx.unsupported(f"input of type {ctx.dtype(0)} (int8/uint8/int16/uint16/int32 only)")
         out_dt = int(ctx.attr("output_dtype", 0) or 0)
@@ -224,7 +230,7 @@ class DequantizeLinear(_QDQ):
         scale, zp = self._scale_zp(node, x, inputs)
         return [np.asarray(arith.dequantize(x, scale, zp, np.float32), dtype=np.float32).reshape(x.shape)]
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         x = graph.tensor(node.inputs[0])
         if x.dtype not in DQ_IN:
             raise UnsupportedError(f"node '{node.source or node.name}' (DequantizeLinear): input type {x.dtype}")

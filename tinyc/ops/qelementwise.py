@@ -5,7 +5,7 @@ The int8 lowering (tinyc/quantize/lower.py) calls the ``build_*`` functions; onn
 com.microsoft QOperators (QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu) import through
 them too. Every integer constant (multipliers, shifts, offsets, clamp bounds, tables) is derived at
 compile time from the tensors' per-tensor quantization parameters and stored on the node, so the
-run time is integer only (tinyc/quantize/arith.py == runtime_c/include/tinyc_q.h, bit for bit):
+run time is integer only (tinyc/numerics/fixed_point.py == runtime_c/include/tinyc_q.h, bit for bit):
 
 * QAdd: TFLite's int8 Add (``arith.add_params`` / ``add_int8``: both inputs to a common scale with
   20 fractional bits, summed, requantized), fused clamp folded into [act_min, act_max].
@@ -29,11 +29,11 @@ from collections.abc import Callable
 import numpy as np
 
 from tinyc.errors import UnsupportedError
-from tinyc.ir import Graph, Node
+from tinyc.ir import Graph, Node, QuantParams
 from tinyc.ops.base import OpDef, OutputType, register
 from tinyc.ops.elementwise import collapse_broadcast
-from tinyc.quantize import arith
-from tinyc.quantize.qparams import add_qconstant, add_qtensor, import_scale, import_zero_point, per_tensor, qparams_of
+from tinyc.numerics import fixed_point as arith
+from tinyc.numerics.qparams import add_qconstant, add_qtensor, import_scale, import_zero_point, per_tensor, qparams_of
 
 #: Integer activation types and their ranges.
 QRANGE: dict[str, tuple[int, int]] = {"int8": (-128, 127), "uint8": (0, 255)}
@@ -101,7 +101,7 @@ def _broadcast(graph: Graph, a: str, b: str, where: str) -> tuple[int, ...]:
 class _QOp(OpDef):
     """Shared by the int8 kernels: a folded node keeps the quantization its output was declared with."""
 
-    def folded_quant(self, node: Node, graph: Graph) -> Any:
+    def folded_quant(self, node: Node, graph: Graph) -> QuantParams | None:
         return graph.tensor(node.outputs[0]).quant
 
 
@@ -176,7 +176,7 @@ class _QBinary(_QOp):
     def macs(self, node: Node, graph: Graph) -> int:
         return graph.tensor(node.outputs[0]).size
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         a, b = graph.tensor(node.inputs[0]), graph.tensor(node.inputs[1])
         dims, (sa, sb) = collapse_broadcast(graph.tensor(node.outputs[0]).shape, [a.shape, b.shape])
         return {"dims": dims, "sa": sa, "sb": sb}
@@ -187,18 +187,21 @@ class QAdd(_QBinary):
     """attrs: the fields of ``arith.AddParams`` (offsets, multipliers, shifts, out_zp, act range)."""
 
     op = "QAdd"
+    requantizes = True
     ms_ops = ("QLinearAdd",)
     template = "q_add.c.j2"
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         return _import_binary(ctx, build_qadd)
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         return [np.asarray(arith.add_int8(inputs[0], inputs[1], add_params_of(node.attrs)), np.int8)]
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         p = add_params_of(node.attrs)
-        return dict(super().kernel_context(node, graph, schedule), params_init=[getattr(p, f) for f in ADD_FIELDS])
+        return dict(
+            super().kernel_context(node, graph, schedule, target), params_init=[getattr(p, f) for f in ADD_FIELDS]
+        )
 
 
 @register
@@ -206,10 +209,11 @@ class QMul(_QBinary):
     """attrs: a_zp, b_zp, multiplier, shift (M = s_a * s_b / s_out), out_zp, act_min, act_max."""
 
     op = "QMul"
+    requantizes = True
     ms_ops = ("QLinearMul",)
     template = "q_mul.c.j2"
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         return _import_binary(ctx, build_qmul)
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -232,8 +236,8 @@ class QMul(_QBinary):
             )
         ]
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
-        return dict(super().kernel_context(node, graph, schedule), **arith.rounding_context(node.attrs))
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
+        return dict(super().kernel_context(node, graph, schedule, target), **arith.rounding_context(node.attrs))
 
 
 # -- QLut ---------------------------------------------------------------------------------------------
@@ -281,7 +285,7 @@ class QLut(_QOp):
     dtypes = ("int8",)
     inplace = True
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         fn = _sigmoid if ctx.op_type == "QLinearSigmoid" else _leaky_relu(float(ctx.attr("alpha", 0.01)))
         ms = _MsIO(ctx)
         x = ms.input(0, 1, 2)
@@ -295,11 +299,14 @@ class QLut(_QOp):
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         return [np.asarray(arith.lut_lookup(inputs[1].reshape(-1), inputs[0]), np.int8)]
 
+    def can_permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
+        return True
+
     def permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
         """Elementwise: any layout works; the table is not a tensor with axes."""
         return True
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         if graph.tensor(node.inputs[1]).size != 256:
             raise UnsupportedError(f"node '{node.source or node.name}' (QLut): the table must have 256 entries")
         return {"count": graph.tensor(node.inputs[0]).size}
@@ -368,7 +375,7 @@ class QRequantize(_QOp):
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         return [rescale_attrs(node.attrs, inputs[0]).astype(node.attrs["out_dtype"])]
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         return {"count": graph.tensor(node.inputs[0]).size}
 
 
@@ -418,7 +425,7 @@ class _MsIO:
                 ctx.unsupported(f"{what} '{name}' is already quantized as {have}, this node reads it as {(s, zp)}")
         if dt == "int8":
             return name
-        if t.is_constant:  # uint8 constant -> int8 constant, exactly
+        if t.data is not None:  # uint8 constant -> int8 constant, exactly
             return add_qconstant(
                 g, f"{ctx.name}_{name}_i8", (t.data.astype(np.int16) - 128).astype(np.int8), s, zp - 128
             )

@@ -1,6 +1,6 @@
 """ONNX QLinearMatMul as an int32-accumulating integer kernel (IR op ``QMatMul``).
 
-The arithmetic is the project's one integer truth (``tinyc.quantize.arith`` / ``tinyc_q.h``):
+The arithmetic is the project's one integer truth (``tinyc.numerics.fixed_point`` / ``tinyc_q.h``):
 ``acc = sum_k (a - a_zp) * (b - b_zp)`` in int32, then TFLite's fixed-point requantization
 ``clamp(mbqm(acc, multiplier[n], shift[n]) + y_zp, qmin, qmax)`` with per-column parameters
 ``requant_params(a_scale, b_scale[n], y_scale)``. No floating point at run time.
@@ -20,15 +20,17 @@ int8 kernel between exact ``QRequantize`` shifts (q_int8 = q_uint8 - 128).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node
+from tinyc.ir.isa import Isa
 from tinyc.ops.base import OpDef, OutputType, broadcast_strides, register
 from tinyc.ops.conv import GRID_ORDERS, grid_canonical, grid_knob_target, grid_knobs
-from tinyc.ops.gemm import grid_batches, grid_matmul_context, grid_matmul_default
+from tinyc.ops.gemm import GRID_MATMUL_KNOBS, grid_batches, grid_matmul_context, grid_matmul_default
+from tinyc.ops.impl import Implementation, applicable, by_name
 from tinyc.ops.qconv import (
     SIMD_FORMS,
     _c_literals,
@@ -39,13 +41,16 @@ from tinyc.ops.qconv import (
     quantize_weights,
     requant_and_clamp,
 )
-from tinyc.quantize import arith
-from tinyc.quantize.qparams import add_qtensor, per_tensor, qparams_of
+from tinyc.numerics import fixed_point as arith
+from tinyc.numerics.qparams import add_qtensor, per_tensor, qparams_of
 
 QTYPES: dict[str, tuple[int, int]] = {"int8": (-128, 127), "uint8": (0, 255)}
 #: |(a - a_zp) * (b - b_zp)| <= 255 * 255, so K terms stay inside int32 up to this K.
 MAX_K = (2**31 - 1) // (255 * 255)
 INT32_MAX = 2**31 - 1
+
+if TYPE_CHECKING:
+    from tinyc.frontend.context import ImportContext
 
 
 def _scalar(ctx: Any, i: int, what: str) -> np.ndarray:
@@ -55,7 +60,7 @@ def _scalar(ctx: Any, i: int, what: str) -> np.ndarray:
     return v.reshape(())
 
 
-def _per_col(ctx: Any, i: int, what: str, n: int) -> np.ndarray:
+def _per_col(ctx: ImportContext, i: int, what: str, n: int) -> np.ndarray:
     """A per-tensor (size 1) or per-column (size N, shape [N] or [..., 1, N]) constant, as [N]."""
     v = np.asarray(ctx.require_const(i, what))
     if v.size == 1:
@@ -145,11 +150,12 @@ class QMatMul(OpDef):
 
     op = "QMatMul"
     onnx_ops = ("QLinearMatMul",)
+    requantizes = True
     ms_ops = ("QGemm",)
     template = "qmatmul.c.j2"
     dtypes = tuple(QTYPES)
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         if ctx.op_type == "QGemm":
             return _import_qgemm(ctx)
         for i, what in ((0, "a"), (3, "b"), (7, "y_zero_point")):
@@ -215,6 +221,10 @@ class QMatMul(OpDef):
         batch = [int(d) for d in np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))]
         return batch, int(a[-2]), K, N, (*batch, int(a[-2]), N)
 
+    def task_dims(self, node: Node, graph: Graph) -> dict[str, int]:
+        a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
+        return {"M": int(np.prod(a[:-1])), "K": int(a[-1]), "N": int(b[-1])}
+
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
         return [(tuple(int(d) for d in self._dims(a, b)[4]), node.attrs["ydtype"])]
@@ -265,7 +275,7 @@ class QMatMul(OpDef):
             "m_tile": [t for t in (4, 2, 1) if t <= M],
             "mac": macs,
             "wide_weights": [False, True] if simd else [False],
-            "variant": ["tiled", "grid"],
+            "variant": [i.name for i in applicable(self.implementations, node, graph)],
             **grid_knobs(),
             "loop_order": list(GRID_ORDERS["matmul"]),
         }
@@ -297,17 +307,16 @@ class QMatMul(OpDef):
         register blocks of columns x rows; dsp unpacks int8 weights with SXTB16 (the pre-split int16
         weights of ``wide_weights`` measured 1.4x slower on both NOTES.md FC shapes on the M4: twice
         the loads for one FC row, found by the tuner)."""
-        from tinyc.schedule import isa_of  # (tinyc.schedule imports tinyc.ops)
-
         ks = self.knobs(node, graph)
-        if target == "opencl":
+        isa = Isa.parse(target)
+        if isa.work_items:
             a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
             batch, M, _, N, _ = self._dims(a, b)
             return grid_matmul_default(M, N, ks, int(np.prod(batch, dtype=np.int64)))
         s = {k: v[0] for k, v in ks.items() if k not in ("variant", "vec", "local_mem", "loop_order")}
         fits = [r for r in ks["m_tile"] if r * s["n_tile"] <= 256]
         s["m_tile"] = max(fits) if fits else 1
-        simd = next((f for f in reversed(SIMD_FORMS) if f in isa_of(target) and f in ks["mac"]), None)
+        simd = next((f for f in reversed(SIMD_FORMS) if isa.has(f) and f in ks["mac"]), None)
         if simd is not None:
             n, m = SIMD_BLOCK[simd]
             s.update(
@@ -318,12 +327,21 @@ class QMatMul(OpDef):
             )
         return s
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def implementation(
+        self, node: Node, graph: Graph, schedule: dict[str, Any] | None, target: str
+    ) -> tuple[Implementation, dict[str, Any]]:
+        """The registered implementation a schedule runs ("tiled" unless it says "grid", its SIMD
+        forms by mac) and the schedule completed with the target's default."""
+        sched = {**self.default_schedule(node, graph, target), **(schedule or {})}
+        name = "grid" if sched.get("variant") == "grid" else sched["mac"] if sched["mac"] in SIMD_FORMS else "tiled"
+        return by_name(self.implementations, name, f"node '{node.source or node.name}' (QMatMul)"), sched
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
         batch, M, K, N, _ = self._dims(a, b)
-        sched = {**self.default_schedule(node, graph, "host"), **(schedule or {})}
-        if sched.get("variant") == "grid":
-            return self._grid_context(node, graph, sched)
+        impl, sched = self.implementation(node, graph, schedule, target)
+        if impl.name == "grid":
+            return dict(self._grid_context(node, graph, sched), impl_template=impl.template)
         if sched["mac"] not in self.knobs(node, graph)["mac"]:
             raise UnsupportedError(f"node '{node.source or node.name}' (QMatMul): mac={sched['mac']!r} needs int8 b")
         at = node.attrs
@@ -334,7 +352,7 @@ class QMatMul(OpDef):
         else:
             bsa, bsb = [], []
         simd = sched["mac"] if sched["mac"] in SIMD_FORMS else None
-        extra: dict[str, Any] = {"simd": simd}
+        extra: dict[str, Any] = {"simd": simd, "impl_template": impl.template}
         if simd is not None:  # b as [N][K] (contiguous along K), the a zero point folded into the bias
             bt = np.ascontiguousarray(np.asarray(graph.tensor(node.inputs[1]).data).T)
             wsplit = simd == "dsp" and bool(sched.get("wide_weights"))
@@ -443,6 +461,23 @@ def _simd_bias(node: Node, graph: Graph) -> list[int] | None:
 def _clamp(at: dict[str, Any]) -> tuple[int, int]:
     """The output clamp: the type's range narrowed by a fused activation's [act_min, act_max]."""
     return max(at["qmin"], at.get("act_min", at["qmin"])), min(at["qmax"], at.get("act_max", at["qmax"]))
+
+
+# -- the registered implementations -------------------------------------------------------
+def _simd_exact(node: Node, graph: Graph) -> bool:
+    """The SIMD dot products are exact here (``_simd_bias``: int8 b in [-127, 127], b_zp 0, the
+    folded bias and every partial sum inside int32)."""
+    return _simd_bias(node, graph) is not None
+
+
+_TILED_KNOBS = ("n_tile", "m_tile", "mac", "wide_weights")
+
+QMatMul.implementations = (
+    Implementation("tiled", "qmatmul/tiled.c.j2", knobs=_TILED_KNOBS, priority=10),
+    Implementation("grid", "qmatmul/grid.c.j2", needs="opencl", knobs=GRID_MATMUL_KNOBS, priority=-10),
+    Implementation("dsp", "qmatmul/tiled.c.j2", _simd_exact, "dsp", _TILED_KNOBS, selected_by="mac"),
+    Implementation("mve", "qmatmul/tiled.c.j2", _simd_exact, "mve", _TILED_KNOBS, selected_by="mac"),
+)
 
 
 # -- com.microsoft QGemm -----------------------------------------------------------------------------

@@ -24,7 +24,7 @@ float, so the two differ by 1 LSB at exact ties (and nowhere else in our measure
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,8 +33,11 @@ from tinyc.ir import Graph, Node
 from tinyc.ops.base import OutputType, register
 from tinyc.ops.conv import resolve_pads
 from tinyc.ops.pool import Pool, _windows
-from tinyc.quantize import arith
-from tinyc.quantize.qparams import qparams_of
+from tinyc.numerics import fixed_point as arith
+from tinyc.numerics.qparams import qparams_of
+
+if TYPE_CHECKING:
+    from tinyc.frontend.context import ImportContext
 
 INT32_MAX = (1 << 31) - 1
 #: The kernel starts from -x_zp * taps and adds raw x: every partial sum stays within 256 * taps
@@ -151,12 +154,14 @@ class QAvgPool(Pool):
 
     op = "QAvgPool"
     onnx_ops = ()
+    int8_kernel = False  # already integer
+    requantizes = True
     ms_ops = ("QLinearAveragePool", "QLinearGlobalAveragePool")
     template = "q_avgpool.c.j2"
     channels_last_capable = True
     dtypes = ("int8",)
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx: ImportContext) -> Node | list[Node]:
         """com.microsoft QLinearAveragePool / QLinearGlobalAveragePool (X, x_scale, x_zp, y_scale,
         y_zp; attr channels_last): uint8 runs on the int8 kernel between exact QRequantize shifts."""
         from tinyc.ops.qelementwise import _MsIO
@@ -267,7 +272,7 @@ class QAvgPool(Pool):
             y = np.moveaxis(y, -1, 1)
         return [np.ascontiguousarray(y)]
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         if node.attrs["layout"] != "NHWC":
             raise UnsupportedError(
                 f"node '{node.source or node.name}' (QAvgPool): kernels run channels-last "

@@ -34,8 +34,8 @@ from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, OutputType, normalize_axis, register
 from tinyc.ops.softmax import _split
-from tinyc.quantize import arith
-from tinyc.quantize.qparams import qparams_of
+from tinyc.numerics import fixed_point as arith
+from tinyc.numerics.qparams import qparams_of
 
 INT32_MAX = (1 << 31) - 1
 #: rows up to this length sum in int32 (B >= 21 keeps the table's rounding error tiny)
@@ -133,7 +133,7 @@ class QSoftmax(OpDef):
     template = "q_softmax.c.j2"
     dtypes = ("int8",)
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         """com.microsoft QLinearSoftmax (X, x_scale, x_zp, y_scale, y_zp; attrs axis, opset): opset < 13
         normalises over axes axis.. (the old 2D coercion); uint8 runs on the int8 kernel between
         exact QRequantize shifts."""
@@ -191,7 +191,7 @@ class QSoftmax(OpDef):
                     f"node '{node.source or node.name}' (QSoftmax): tensor '{t}' is {graph.tensor(t).dtype} (int8 only)"
                 )
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         a = node.attrs
         outer, n, inner = _split(graph.tensor(node.inputs[0]).shape, a["axes"])
         return dict(

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tinyc.codegen.dialect import c_float, c_int
+from tinyc.numerics.literals import c_float, c_int
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node
 from tinyc.ops.base import CTYPES, OpDef, OutputType, normalize_axis, register, register_instance
@@ -61,7 +61,8 @@ def _np_reduce(spec: ReduceSpec, x: np.ndarray, axes: tuple[int, ...], keepdims:
         else:
             info = np.iinfo(x.dtype)
             init = {"zero": 0, "one": 1, "lowest": int(info.min), "highest": int(info.max)}[spec.init]
-        y = np.full(shape, init, dtype=np.float64 if is_float else x.dtype)
+        # a numpy scalar where a reduction leaves no axis (the stubs' type for np.sum and the like)
+        y: np.ndarray | np.number = np.full(shape, init, dtype=np.float64 if is_float else x.dtype)
         with np.errstate(all="ignore"):
             if spec.post == "mean":
                 y = y / 0.0
@@ -213,7 +214,7 @@ class ReduceOp(OpDef):
         self.onnx_ops = (spec.name,)
         self.dtypes = spec.dtypes
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         self.require_dtype(ctx)
         axes, keepdims = _import_axes(ctx, 13 if self.op == "ReduceSum" else 18)
         shape = ctx.shape(0)
@@ -248,13 +249,13 @@ class ReduceOp(OpDef):
         simple = len(groups) == 1 or (len(groups) == 2 and groups[0][1] == "K")
         return {"groups": groups, "simple": simple}
 
-    def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> int:
+    def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> int:
         if self.spec.post != "lse" or self._plan(node, graph)["simple"]:
             return 0
         out = graph.tensor(node.outputs[0])
         return out.size * (8 if out.dtype == "float64" else 4)
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         x = graph.tensor(node.inputs[0])
         if x.dtype not in self.dtypes:
             raise UnsupportedError(f"node '{node.source or node.name}' ({node.op}): element type {x.dtype}")
@@ -271,7 +272,8 @@ class ReduceOp(OpDef):
             "lse": lambda a: a,
         }[self.spec.post]
         # strides of each group in the input and (kept groups only) in the output
-        istr, ostr = [], []
+        istr: list[int] = []
+        ostr: list[int] = []
         s_in, s_out = 1, 1
         for size, kind in reversed(groups):
             istr.insert(0, s_in)
@@ -330,7 +332,7 @@ class ArgMax(OpDef):
     template = "argmax.c.j2"
     dtypes = FLOATS + INTS
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         self.require_dtype(ctx)
         shape = ctx.shape(0)
         if not shape:
@@ -376,12 +378,12 @@ class ArgMax(OpDef):
         ax = node.attrs["axis"]
         return (int(np.prod(shape[:ax], dtype=np.int64)), int(shape[ax]), int(np.prod(shape[ax + 1 :], dtype=np.int64)))
 
-    def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> int:
+    def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> int:
         inner = self._split(node, graph)[2]
         t = graph.tensor(node.inputs[0])
         return 0 if inner == 1 else inner * int(np.dtype(t.dtype).itemsize)
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         outer, n, inner = self._split(node, graph)
         better = ">" if node.attrs["kind"] == "max" else "<"
         if node.attrs["last"]:

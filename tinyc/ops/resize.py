@@ -10,15 +10,18 @@ are per axis, so the op follows transposes (`permute`) and runs channels-last af
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
 
 import numpy as np
 
-from tinyc.codegen.dialect import c_float, c_literal
+from tinyc.numerics.literals import c_float, c_literal
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node
-from tinyc.ops.base import CTYPES, OpDef, OutputType, ctype, register, strides_of
+from tinyc.ops.base import CTYPES, Int8Lowering, OpDef, OutputType, ctype, register, strides_of
+
+if TYPE_CHECKING:
+    from tinyc.frontend.context import ImportContext
 
 MODES = ("nearest", "linear", "cubic")
 COORD_MODES = (
@@ -183,11 +186,13 @@ def _one_hot(idx: np.ndarray, w: np.ndarray) -> np.ndarray | None:
 class Resize(OpDef):
     op = "Resize"
     onnx_ops = ("Resize", "Upsample")
+    int8_passthrough = True
+    qdq_shares_qparams = ("Resize",)
     template = "resize.c.j2"
     dtypes = tuple(CTYPES)
 
     # -- import ---------------------------------------------------------------------------
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx: ImportContext) -> Node | list[Node]:
         shape = ctx.shape(0)
         rank = len(shape)
         dtype = ctx.dtype(0)
@@ -327,6 +332,9 @@ class Resize(OpDef):
     def params(self, node: Node, graph: Graph) -> int:
         return 0
 
+    def can_permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
+        return True  # every attribute is per axis: any permutation of the input rank
+
     def permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
         """Every attribute is per axis: axis a of the old input is axis perm[a] of the new one."""
         a = node.attrs
@@ -345,6 +353,11 @@ class Resize(OpDef):
             a["roi"] = move(a["roi"])
         return True
 
+    def lower_int8(self, node: Node, low: Int8Lowering) -> str | None:
+        if node.attrs.get("mode") != "nearest":
+            return "only nearest Resize moves int8 values unchanged"
+        return low.move_unchanged(node)
+
     def check_supported(self, node: Node, graph: Graph) -> None:
         super().check_supported(node, graph)
         if node.attrs["mode"] != "nearest" and graph.tensor(node.inputs[0]).dtype != "float32":
@@ -353,7 +366,7 @@ class Resize(OpDef):
             )
 
     # -- code generation ------------------------------------------------------------------
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         """Loop nest over merged axis groups: plain runs of unresized axes, 'copy' axes (one
         source index per output) and 'weighted' axes (taps x weights); the last plain run is the
         contiguous innermost loop."""

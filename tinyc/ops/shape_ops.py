@@ -35,10 +35,13 @@ class Reshape(OpDef):
 
     op = "Reshape"
     onnx_ops = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+    int8_passthrough = True
+    grid_crosses_both_ways = True
+    qdq_shares_qparams = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
     alias = True
     dtypes = ("float32", "int8", "uint8", "int16", "int32", "int64", "bool", "uint16", "uint32", "uint64", "float64")
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         shape = ctx.shape(0)
         rank = len(shape)
         where = f"node '{ctx.name}' ({ctx.op_type})"
@@ -88,9 +91,10 @@ class Identity(OpDef):
 
     op = "Identity"
     onnx_ops = ("Identity", "Dropout")
+    int8_passthrough = True
     alias = True
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         nodes = [ctx.make_node("Identity", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1])]
         if ctx.op_type == "Dropout":
             if ctx.has_input(2) and (ctx.const(2) is None or bool(np.asarray(ctx.const(2)))):
@@ -112,10 +116,13 @@ class Identity(OpDef):
 class Transpose(OpDef):
     op = "Transpose"
     onnx_ops = ("Transpose",)
+    int8_passthrough = True
+    grid_crosses_both_ways = True
+    qdq_shares_qparams = ("Transpose",)
     template = "transpose.c.j2"
     dtypes = Reshape.dtypes
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         rank = len(ctx.shape(0))
         perm = ctx.attr("perm")
         perm = list(range(rank))[::-1] if perm is None else [int(p) for p in perm]
@@ -130,7 +137,7 @@ class Transpose(OpDef):
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         return [np.ascontiguousarray(np.transpose(inputs[0], node.attrs["perm"]))]
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         shape = graph.tensor(node.inputs[0]).shape
         perm = list(node.attrs["perm"])
         # drop size-1 dims and merge input dims that stay adjacent and in order in the output
@@ -159,7 +166,7 @@ class Shape(OpDef):
     op = "Shape"
     onnx_ops = ("Shape", "Size")
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         shape = np.asarray(ctx.shape(0), dtype=np.int64)
         if ctx.op_type == "Size":
             return ctx.set_constant(0, np.asarray(int(np.prod(shape)), dtype=np.int64))
@@ -176,7 +183,7 @@ class Constant(OpDef):
     op = "Constant"
     onnx_ops = ("Constant",)
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         for a in ctx.onnx_node.attribute:
             if a.name == "value":
                 return ctx.set_constant(0, numpy_helper.to_array(a.t))
@@ -196,7 +203,7 @@ class ConstantOfShape(OpDef):
     op = "ConstantOfShape"
     onnx_ops = ("ConstantOfShape",)
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         shape = [int(d) for d in ctx.require_const(0, "shape").reshape(-1)]
         value = ctx.attr("value")
         fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
@@ -213,7 +220,7 @@ class Cast(OpDef):
     template = "cast.c.j2"
     dtypes = CAST_TYPES
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         if ctx.op_type == "CastLike":
             to = ctx.dtype(1)
         else:
@@ -232,5 +239,5 @@ class Cast(OpDef):
         with np.errstate(all="ignore"):
             return [inputs[0].astype(node.attrs["to"])]
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         return {"count": graph.tensor(node.inputs[0]).size, "to_bool": node.attrs["to"] == "bool"}

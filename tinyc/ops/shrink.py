@@ -21,7 +21,7 @@ class Shrink(OpDef):
     inplace = True  # elementwise: may overwrite its input's buffer
     layout_agnostic = True  # elementwise: the layout pass may move transposes across it
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         if ctx.dtype(0) != "float32":
             ctx.unsupported(f"element type {ctx.dtype(0)} (float32 only)")
         return ctx.make_node(
@@ -34,5 +34,5 @@ class Shrink(OpDef):
         y = np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, np.float32(0)))
         return [y.astype(x.dtype)]
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         return {"count": graph.tensor(node.inputs[0]).size}

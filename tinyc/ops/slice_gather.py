@@ -119,10 +119,12 @@ class Slice(OpDef):
 
     op = "Slice"
     onnx_ops = ("Slice",)
+    int8_passthrough = True
+    qdq_shares_qparams = ("Slice",)
     template = "slice.c.j2"
     dtypes = ALL_DTYPES
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         _check_dtype(ctx)
         shape = ctx.shape(0)
         if ctx.opset < 10:
@@ -169,7 +171,7 @@ class Slice(OpDef):
             node.attrs[k] = _remap(node.attrs[k], perm)
         return True
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         st = strides_of(graph.tensor(node.inputs[0]).shape)
         a = node.attrs
         base = sum(s * k for s, k in zip(a["starts"], st))
@@ -183,10 +185,11 @@ class Tile(OpDef):
 
     op = "Tile"
     onnx_ops = ("Tile",)
+    int8_passthrough = True
     template = "slice.c.j2"
     dtypes = ALL_DTYPES
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         _check_dtype(ctx)
         rank = len(ctx.shape(0))
         if ctx.opset < 6:
@@ -216,7 +219,7 @@ class Tile(OpDef):
         node.attrs["repeats"] = _remap(node.attrs["repeats"], perm)
         return True
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         shape = graph.tensor(node.inputs[0]).shape
         st = strides_of(shape)
         dims: list[int] = []
@@ -233,10 +236,11 @@ class Expand(OpDef):
 
     op = "Expand"
     onnx_ops = ("Expand",)
+    int8_passthrough = True
     template = "slice.c.j2"
     dtypes = ALL_DTYPES
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         _check_dtype(ctx)
         target = _ints(ctx.require_const(1, "shape"))
         try:
@@ -263,7 +267,7 @@ class Expand(OpDef):
         node.attrs["shape"] = _remap(node.attrs["shape"], perm)
         return True
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         shape = graph.tensor(node.inputs[0]).shape
         out = node.attrs["shape"]
         return strided_copy_context(out, broadcast_strides(shape, out), 0)
@@ -277,10 +281,12 @@ class Gather(OpDef):
 
     op = "Gather"
     onnx_ops = ("Gather",)
+    int8_passthrough = True
+    qdq_shares_qparams = ("Gather",)
     template = "gather.c.j2"
     dtypes = ALL_DTYPES
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         _check_dtype(ctx)
         shape = ctx.shape(0)
         rank = len(shape)
@@ -344,7 +350,7 @@ class Gather(OpDef):
 
             raise UnsupportedError(f"node '{node.source or node.name}' (Gather): gathering from an empty axis")
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         x, ind = graph.tensor(node.inputs[0]), graph.tensor(node.inputs[1])
         ax = node.attrs["axis"]
         return {

@@ -14,7 +14,7 @@ import numpy as np
 
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node
-from tinyc.ops.base import OpDef, OutputType, register
+from tinyc.ops.base import Int8Lowering, OpDef, OutputType, register
 from tinyc.ops.reduce import running_arg
 
 KINDS = {"Softmax": "softmax", "LogSoftmax": "logsoftmax", "Hardmax": "hardmax"}
@@ -35,10 +35,11 @@ class Softmax(OpDef):
 
     op = "Softmax"
     onnx_ops = ("Softmax", "LogSoftmax", "Hardmax")
+    int8_kernel = True
     template = "softmax.c.j2"
     dtypes = ("float32", "float64")
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         self.require_dtype(ctx)
         rank = len(ctx.shape(0))
         if rank == 0:
@@ -99,16 +100,34 @@ class Softmax(OpDef):
             node.attrs["axes"] = sorted(perm[a] for a in node.attrs["axes"])
         return True
 
+    def fixed_int8_grid(self, node: Node) -> tuple[float, int] | None:
+        """Probabilities in [0, 1) on 256 steps, as TFLite fixes them."""
+        return (1.0 / 256.0, -128) if node.attrs.get("kind") == "softmax" else None
+
+    def lower_int8(self, node: Node, low: Int8Lowering) -> str | None:
+        from tinyc.ops.qsoftmax import build_qsoftmax
+
+        if node.attrs.get("kind") != "softmax" or len(node.attrs.get("axes", [])) != 1:
+            return "only single-axis Softmax has an int8 kernel"
+        why = low.needs_output(node)
+        if why:
+            return why
+        x_q = low.as_int8(node.inputs[0])
+        out = node.outputs[0]
+        y_q = low.int8_output(out)
+        low.emit(build_qsoftmax(low.g, node.name, x_q, y_q, node.attrs["axes"][0], source=node.source), out, y_q)
+        return None
+
     def _inner(self, node: Node, graph: Graph) -> int:
         return _split(graph.tensor(node.inputs[0]).shape, node.attrs["axes"])[2]
 
-    def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> int:
+    def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> int:
         inner = self._inner(node, graph)
         if inner == 1 or node.attrs["kind"] == "hardmax":
             return 0
         return 2 * inner * (8 if graph.tensor(node.inputs[0]).dtype == "float64" else 4)
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         t = graph.tensor(node.inputs[0])
         if t.dtype not in self.dtypes:
             raise UnsupportedError(f"node '{node.source or node.name}' (Softmax): element type {t.dtype}")

@@ -25,7 +25,7 @@ class Trilu(OpDef):
     template = "trilu.c.j2"
     dtypes = ALL_DTYPES
 
-    def import_onnx(self, ctx):  # type: ignore[override]
+    def import_onnx(self, ctx):
         if ctx.dtype(0) not in ALL_DTYPES:
             ctx.unsupported(f"element type {ctx.dtype(0)} is not supported")
         shape = tuple(int(d) for d in ctx.shape(0))
@@ -49,7 +49,7 @@ class Trilu(OpDef):
         fn = np.triu if node.attrs["upper"] else np.tril
         return [np.ascontiguousarray(fn(x, node.attrs["k"]))]
 
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         shape = graph.tensor(node.inputs[0]).shape
         return {
             "batch": int(np.prod(shape[:-2], dtype=np.int64)),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from tinyc.ir import Graph, Tensor
@@ -47,7 +49,8 @@ def fold_constants(graph: Graph) -> bool:
             continue
         if any(o in graph.outputs for o in node.outputs) and not ins:
             continue
-        values = get_op(node.op).reference(node, graph, [graph.tensor(i).data if i else None for i in node.inputs])
+        args = [graph.tensor(i).data if i else None for i in node.inputs]  # None: an absent optional input
+        values = get_op(node.op).reference(node, graph, cast("list[np.ndarray]", args))
         for out, val in zip(node.outputs, values):
             if out:
                 t = graph.tensor(out)

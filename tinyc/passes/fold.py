@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from tinyc.ir import Graph, Node
+
+
+def _data(graph: Graph, name: str) -> np.ndarray:
+    """The values of a tensor known to be constant (weights, biases, affine vectors being folded)."""
+    return cast(np.ndarray, graph.tensor(name).data)
 
 
 def _single_consumer(graph: Graph, tensor: str) -> Node | None:
@@ -35,14 +42,14 @@ def _per_channel(value: np.ndarray, out_shape: tuple[int, ...], axis: int) -> np
 
 
 def _scale_output_channels(graph: Graph, node: Node, scale: np.ndarray) -> None:
-    w = graph.tensor(node.inputs[1]).data.astype(np.float32)
+    w = _data(graph, node.inputs[1]).astype(np.float32)
     if node.op == "Conv":
         w = w * (scale.reshape(-1, *([1] * (w.ndim - 1))) if node.attrs["layout"] == "NCHW" else scale)
     else:
         w = w * scale.reshape(1, -1)
     node.inputs[1] = graph.add_constant(graph.unique_name(node.inputs[1] + "_scaled"), w.astype(np.float32))
     if len(node.inputs) > 2 and node.inputs[2]:
-        b = graph.tensor(node.inputs[2]).data
+        b = _data(graph, node.inputs[2])
         if node.op == "Gemm" and b.shape != (scale.shape[0],):
             b = np.broadcast_to(b, graph.tensor(node.outputs[0]).shape)
         node.inputs[2] = graph.add_constant(
@@ -53,7 +60,7 @@ def _scale_output_channels(graph: Graph, node: Node, scale: np.ndarray) -> None:
 def _add_bias(graph: Graph, node: Node, shift: np.ndarray) -> None:
     n_out = shift.shape[0]
     if len(node.inputs) > 2 and node.inputs[2]:
-        b = graph.tensor(node.inputs[2]).data + shift
+        b = _data(graph, node.inputs[2]) + shift
     else:
         b = np.broadcast_to(shift, (n_out,))
         while len(node.inputs) < 2:
@@ -80,7 +87,7 @@ def fold_affine_into_producers(graph: Graph) -> bool:
                 continue
             out_shape = graph.tensor(node.outputs[0]).shape
             if user.op == "ChannelAffine" and user.attrs["axis"] == axis and not user.attrs.get("activation"):
-                scale, shift = graph.tensor(user.inputs[1]).data, graph.tensor(user.inputs[2]).data
+                scale, shift = _data(graph, user.inputs[1]), _data(graph, user.inputs[2])
             elif user.op in ("Mul", "Add", "Sub") and not user.attrs.get("activation"):
                 other = user.inputs[1] if user.inputs[0] == node.outputs[0] else user.inputs[0]
                 if other == node.outputs[0] or not graph.tensor(other).is_constant:
@@ -89,7 +96,7 @@ def fold_affine_into_producers(graph: Graph) -> bool:
                     continue
                 if graph.tensor(user.outputs[0]).shape != out_shape:
                     continue
-                vec = _per_channel(graph.tensor(other).data, out_shape, axis)
+                vec = _per_channel(_data(graph, other), out_shape, axis)
                 if vec is None:
                     continue
                 c = out_shape[axis]

@@ -1,23 +1,22 @@
-"""Fuse elementwise activations into the kernel that produces their input (saves a pass over memory)."""
+"""Fuse elementwise activations into the kernel that produces their input (saves a pass over memory).
+
+Which producers take an activation (``OpDef.absorbs_activation``), which ops are activations
+(``OpDef.fusable_activation``) and which of those are clamps (``OpDef.activation_clamp``) are
+declared by the ops."""
 
 from __future__ import annotations
 
 from tinyc.ir import Graph
 from tinyc.ops import get_op
 
-FUSE_INTO = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Sub", "Mul", "ChannelAffine"}
-
-
-#: Activations an int8 kernel folds into its output clamp; others run as their own (lookup table) op.
-CLAMPS = ("Relu", "Clip")
-
 
 def fuse_activations(graph: Graph, clamps_only: bool = False) -> bool:
-    """clamps_only: an int8 graph keeps non-clamp activations separate (they need their own grid)."""
+    """clamps_only: an int8 graph keeps non-clamp activations separate (they need their own grid);
+    an int8 kernel folds a clamp into its output clamp."""
     changed = False
     consumers = graph.consumers()
     for node in list(graph.nodes):
-        if node.op not in FUSE_INTO or node.attrs.get("activation"):
+        if not get_op(node.op).absorbs_activation or node.attrs.get("activation"):
             continue
         out = node.outputs[0]
         if graph.tensor(out).dtype != "float32" or out in graph.outputs:
@@ -26,10 +25,10 @@ def fuse_activations(graph: Graph, clamps_only: bool = False) -> bool:
         if len(users) != 1:
             continue
         act = users[0]
-        spec = getattr(get_op(act.op), "spec", None)
-        if spec is None or not getattr(spec, "fusable", False) or act.inputs[0] != out:
+        activation = get_op(act.op)
+        if not activation.fusable_activation or act.inputs[0] != out:
             continue
-        if clamps_only and act.op not in CLAMPS:
+        if clamps_only and activation.activation_clamp(act.attrs) is None:
             continue
         node.attrs["activation"] = {"op": act.op, "attrs": {k: v for k, v in act.attrs.items()}}
         graph.nodes.remove(act)

@@ -1,11 +1,12 @@
 """Channels-last layout.
 
-1. Every convolution-like node (Conv, Pool, ...) switches to NHWC; a Transpose is put on its
-   input and its output so the graph means the same thing.
-2. Transposes are then pushed down through layout-agnostic ops (elementwise, per-channel, and
-   ops that implement `permute`), composed with each other, cancelled when they undo each other,
-   turned into free reshapes when they only move size-1 dims, and folded into the weights of a
-   following Flatten → Gemm. What is left sits at the model's boundary.
+1. Every convolution-like node (``OpDef.channels_last_capable``: Conv, Pool, ...) switches to
+   NHWC; a Transpose is put on its input and its output so the graph means the same thing.
+2. Transposes are then pushed down through layout-agnostic ops (``OpDef.layout_agnostic``:
+   elementwise, per-channel) and ops whose ``OpDef.can_permute`` agrees to ``permute``, composed
+   with each other, cancelled when they undo each other, turned into free reshapes when they only
+   move size-1 dims, and folded into the weights of a following Flatten → Gemm. What is left sits
+   at the model's boundary.
 
 Convention for `OpDef.permute(node, graph, perm)`: the node used to read T_perm(u) and now reads
 u directly; axis `a` of its old input is axis `perm[a]` of the new one. Its output becomes
@@ -62,7 +63,7 @@ def convert_to_channels_last(graph: Graph) -> bool:
     changed = False
     for node in list(graph.nodes):
         opdef = get_op(node.op)
-        if not getattr(opdef, "channels_last_capable", False) or node.attrs.get("layout") != "NCHW":
+        if not opdef.channels_last_capable or node.attrs.get("layout") != "NCHW":
             continue
         x = graph.tensor(node.inputs[0])
         r = len(x.shape)
@@ -74,7 +75,7 @@ def convert_to_channels_last(graph: Graph) -> bool:
         nhwc_in = graph.unique_name(f"{node.inputs[0]}_nhwc")
         _insert_transpose(graph, node.inputs[0], nhwc_in, to_last, node.source or node.name, idx)
         node.inputs[0] = nhwc_in
-        opdef.to_channels_last(node, graph)  # type: ignore[attr-defined]
+        opdef.to_channels_last(node, graph)
         old_out = node.outputs[0]
         new_out = graph.unique_name(f"{old_out}_nhwc")
         node.outputs[0] = new_out
@@ -94,7 +95,7 @@ def _can_push(graph: Graph, node: Node, t_out: str, perm: list[int]) -> bool:
     out_rank = len(graph.tensor(node.outputs[0]).shape) if node.outputs and node.outputs[0] else -1
     if out_rank != len(perm):
         return False
-    if getattr(opdef, "layout_agnostic", False):
+    if opdef.layout_agnostic:
         producers = graph.producers()
         for i in data_inputs:
             p = producers.get(i)
@@ -104,17 +105,14 @@ def _can_push(graph: Graph, node: Node, t_out: str, perm: list[int]) -> bool:
             if i and graph.tensor(i).is_constant and len(graph.tensor(i).shape) > len(perm):
                 return False
         return len(node.outputs) == 1
-    if hasattr(opdef, "permute"):
-        # every data input must arrive through the same T_perm (multi-input ops like Concat)
-        producers = graph.producers()
-        for i in data_inputs:
-            p = producers.get(i)
-            if i != t_out and not (p is not None and p.op == "Transpose" and p.attrs["perm"] == perm):
-                return False
-        # optional veto: _push_through ignores permute's return value, so ask first
-        can_permute = getattr(opdef, "can_permute", None)
-        return can_permute is None or bool(can_permute(node, graph, perm))
-    return False
+    # every data input must arrive through the same T_perm (multi-input ops like Concat)
+    producers = graph.producers()
+    for i in data_inputs:
+        p = producers.get(i)
+        if i != t_out and not (p is not None and p.op == "Transpose" and p.attrs["perm"] == perm):
+            return False
+    # _push_through ignores permute's return value, so ask first (OpDef.can_permute: default no)
+    return bool(opdef.can_permute(node, graph, perm))
 
 
 def _push_through(graph: Graph, node: Node, perm: list[int]) -> None:
@@ -123,14 +121,14 @@ def _push_through(graph: Graph, node: Node, perm: list[int]) -> None:
     opdef = get_op(node.op)
     inv = _inverse(perm)
     rank = len(perm)
-    new_inputs = []
+    new_inputs: list[str] = []
     for i in node.inputs:
         if not i:
             new_inputs.append(i)
             continue
         t = graph.tensor(i)
-        if t.is_constant:
-            if getattr(opdef, "layout_agnostic", False):
+        if t.data is not None:  # a constant
+            if opdef.layout_agnostic:
                 data = t.data.reshape((1,) * (rank - t.data.ndim) + t.data.shape)
                 new_inputs.append(
                     graph.add_constant(graph.unique_name(f"{i}_perm"), np.ascontiguousarray(np.transpose(data, inv)))
@@ -142,8 +140,8 @@ def _push_through(graph: Graph, node: Node, perm: list[int]) -> None:
         assert p.op == "Transpose" and p.attrs["perm"] == perm
         new_inputs.append(p.inputs[0])
     node.inputs = new_inputs
-    if not getattr(opdef, "layout_agnostic", False):
-        opdef.permute(node, graph, perm)  # type: ignore[attr-defined]
+    if not opdef.layout_agnostic:
+        opdef.permute(node, graph, perm)
     idx = graph.nodes.index(node)
     for k, out in enumerate(node.outputs):
         if not out:

@@ -12,10 +12,13 @@ constants that remember their int8 grid (``Tensor.quant`` with an axis).
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from tinyc.ir import Graph, QuantParams
-from tinyc.quantize.qparams import per_tensor
+from tinyc.numerics.qparams import per_tensor
+from tinyc.ops import get_op
 
 #: Quantized types a pair may use, with the zero point shift that maps them onto int8.
 _TO_INT8 = {"int8": 0, "uint8": -128}
@@ -57,7 +60,7 @@ def strip_qdq_pairs(graph: Graph) -> int:
         params = [_pair_params(q, u) for u in users]
         if any(p is None for p in params):
             continue
-        p0 = params[0]
+        p0 = cast(QuantParams, params[0])  # none is None: checked above
         if src.quant is not None and (src.quant.scale != p0.scale or src.quant.zero_point != p0.zero_point):
             continue  # the tensor is already on another grid: keep this pair as real ops
         src.quant = p0
@@ -74,11 +77,12 @@ def strip_qdq_pairs(graph: Graph) -> int:
 
 
 def propagate_through_moves(graph: Graph) -> None:
-    """Data-movement nodes (Transpose/Reshape) leave values unchanged: give an unannotated side
-    the annotation of the other (the layout pass can leave fresh names on either side)."""
+    """Data-movement nodes (``OpDef.grid_crosses_both_ways``: Transpose, Reshape) leave values
+    unchanged: give an unannotated side the annotation of the other (the layout pass can leave
+    fresh names on either side)."""
     for _ in range(2):
         for node in graph.nodes:
-            if node.op not in ("Transpose", "Reshape") or not node.outputs or not node.inputs:
+            if not get_op(node.op).grid_crosses_both_ways or not node.outputs or not node.inputs:
                 continue
             a, b = graph.tensor(node.inputs[0]), graph.tensor(node.outputs[0])
             if a.dtype != "float32" or b.dtype != "float32" or a.is_constant:
@@ -87,24 +91,3 @@ def propagate_through_moves(graph: Graph) -> None:
                 a.quant = b.quant
             elif b.quant is None and a.quant is not None:
                 b.quant = a.quant
-
-
-#: Integer ops whose output is requantized from an int32 accumulator (attr ``rounding``, see
-#: ``tinyc.quantize.arith.ROUNDINGS``).
-REQUANTIZING_OPS = frozenset({"QConv", "QMatMul", "QAdd", "QMul", "QAvgPool"})
-
-
-def set_requant_rounding(graph: Graph, mode: str, overwrite: bool = False) -> int:
-    """Give every requantizing node the rounding `mode` (only those without one unless `overwrite`).
-
-    Why two modes: a model tinyc quantizes follows TFLite/CMSIS-NN (double rounding); a model that
-    arrives quantized (QDQ or QLinear* operators) means ONNX's arithmetic — a float product rounded
-    once, half to even — and over a deep network the two drift apart by enough to flip a top-1
-    (MLPerf ResNet-8: 98% agreement with onnxruntime in TFLite mode, 100% in half-even mode).
-    Returns how many nodes were set."""
-    n = 0
-    for node in graph.nodes:
-        if node.op in REQUANTIZING_OPS and (overwrite or "rounding" not in node.attrs):
-            node.attrs["rounding"] = mode
-            n += 1
-    return n

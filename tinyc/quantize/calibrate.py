@@ -331,7 +331,7 @@ def collect_ranges(
             range(n), desc="calibrating (pass 2/2: histograms)", unit="sample", disable=not progress, leave=False
         ):
             env = run_graph(graph, feeds(k), keep_all=True)
-            for name, h in hists.items():
+            for name, counts in hists.items():
                 x, _ = _finite(env[name])
                 if not x.size:
                     continue
@@ -339,7 +339,7 @@ def collect_ranges(
                 r0, r1 = hrange[name]
                 idx = ((x.astype(np.float64) - r0) * (bins / (r1 - r0))).astype(np.int64)
                 np.clip(idx, 0, bins - 1, out=idx)
-                h += np.bincount(idx, minlength=bins)
+                counts += np.bincount(idx, minlength=bins)  # in place: hists[name]
 
     result: dict[str, TensorRange] = {}
     for name in names:
@@ -355,7 +355,7 @@ def collect_ranges(
             else:
                 rng_lo, rng_hi, est = _mse_range(h, edges, symmetric)
         rng_lo, rng_hi = _fix_range(rng_lo, rng_hi, symmetric)
-        if h is not None and est is None:
+        if h is not None and edges is not None and est is None:  # edges: set with h
             est = float(_expected_sq_error(h, edges, np.array([rng_lo]), np.array([rng_hi]), symmetric)[0])
         result[name] = TensorRange(
             name=name,

@@ -19,9 +19,10 @@ What the exported graph looks like::
   ``t_QuantizeLinear`` / ``t_DequantizeLinear`` with outputs ``t_QuantizeLinear_Output`` /
   ``t_DequantizeLinear_Output``. A graph output keeps its name and stays float: its producer's output
   is renamed ``t_QuantizeLinear_Input`` and the DequantizeLinear writes ``t``.
-* **Weights**: Conv (input 1, per output channel, axis 0), ConvTranspose (axis 1), Gemm (input 1,
-  per output column: axis 0 when transB=1 else 1) and MatMul with a constant 2-D B (axis 1):
-  int8 symmetric in [-127, 127] with zero point 0 (``arith.quantize_weights_per_channel``), stored
+* **Weights** (``OpDef.onnx_weight_axis``): Conv (input 1, per output channel, axis 0),
+  ConvTranspose (axis 1), Gemm (input 1, per output column: axis 0 when transB=1 else 1) and
+  MatMul with a constant 2-D B (axis 1): int8 symmetric in [-127, 127] with zero point 0
+  (``arith.quantize_weights_per_channel``), stored
   as ``w_quantized`` + ``w_scale`` [C] + ``w_zero_point`` [C] -> ``DequantizeLinear(axis)`` ->
   ``w_DequantizeLinear_Output``. ``per_channel=False`` gives one scale per tensor (no axis).
 * **Bias** of Conv/ConvTranspose/Gemm (constant, and only when input 0 is quantized): int32 with scale
@@ -32,17 +33,19 @@ What the exported graph looks like::
   would overflow int32 (a dead channel: weights ~0, bias not, as BatchNorm folding leaves them), the
   weight scale of that channel is enlarged first so that the bias fits (onnxruntime's and TFLite's
   rule, same float steps as onnxruntime): otherwise the bias would saturate and the channel lose it.
-* **Other float constants** consumed by Add, Mul or Concat: int8 per tensor, asymmetric, from the
-  constant's own min/max (``c_quantized`` -> DequantizeLinear -> ``c_DequantizeLinear_Output``).
+* **Other float constants** consumed by Add, Mul or Concat (``OpDef.quantizes_constant_operands``):
+  int8 per tensor, asymmetric, from the constant's own min/max (``c_quantized`` ->
+  DequantizeLinear -> ``c_DequantizeLinear_Output``).
   Constants of any other op (Clip bounds, Pad values, Reshape shapes...) stay as they are.
 * **Relu / Clip right after a producer that tinyc fuses activations into** (Conv, ConvTranspose,
-  Gemm, MatMul, Add, Sub, Mul: ``FUSE_ACTIVATION_INTO``): the activation node is kept, and when the
-  producer's output has no other consumer (and is not a graph output) no Q/DQ pair is put between
+  Gemm, MatMul, Add, Sub, Mul: ``OpDef.fuses_onnx_activation``): the activation node is kept, and
+  when the producer's output has no other consumer (and is not a graph output) no Q/DQ pair is put between
   them; the pair after the activation carries the range. onnxruntime quantizes only after the
   activation too (it deletes the activation node, relying on the output's clamp).
 * Like onnxruntime: a Softmax output's range is [0, 1]; a Relu/Clip input with no other consumer
-  takes the activation output's range; the outputs of data-movement ops (Reshape, Transpose,
-  Squeeze, Unsqueeze, Flatten, Slice, Split, Gather, MaxPool, AveragePool, Resize, TopK, Pad with
+  takes the activation output's range; the outputs of data-movement ops
+  (``OpDef.qdq_shares_qparams``: Reshape, Transpose, Squeeze, Unsqueeze, Flatten, Slice, Split,
+  Gather, MaxPool, AveragePool, Resize, TopK, Pad with
   edge/reflect/wrap or zero constant) share their data input's scale and zero point (the same
   initializers) when that input is quantized.
 
@@ -55,7 +58,7 @@ Differences from onnxruntime's quantizer (``quantize_static``, QDQ, QInt8/QInt8,
   input feeding a Reshape (the MLPerf KWS model's ``input_1``) that onnxruntime leaves float, and
   tensors between ops onnxruntime does not know (Sub, Div, Exp...). Pass fewer names to get fewer.
 * Relu/Clip are kept in the graph (onnxruntime removes them). After a producer outside
-  ``FUSE_ACTIVATION_INTO`` (e.g. MaxPool -> Relu) the pair on the producer's output is kept too.
+  those (e.g. MaxPool -> Relu) the pair on the producer's output is kept too.
 * A Relu/Clip input that is also a graph output keeps its own range (onnxruntime gives it the
   activation's range, which clamps the graph output).
 * Bias: the division is float32 (``arith.quantize_bias``); onnxruntime divides in float64, so a
@@ -85,7 +88,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from tinyc.errors import UnsupportedError, UsageError
-from tinyc.quantize.arith import (
+from tinyc.numerics.fixed_point import (
     INT8_MAX,
     INT8_MIN,
     INT32_MAX,
@@ -97,33 +100,36 @@ from tinyc.quantize.arith import (
     quantize_bias,
     quantize_weights_per_channel,
 )
+from tinyc.ops import onnx_op
 
 MIN_OPSET = 13  # per-axis DequantizeLinear
-#: Producers whose following Relu/Clip tinyc fuses (tinyc/passes/fuse.py): no Q/DQ between them.
-FUSE_ACTIVATION_INTO = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Sub", "Mul"})
-REMOVABLE_ACTIVATIONS = frozenset({"Relu", "Clip"})
-#: Ops whose output takes its data input's (scale, zero point), as onnxruntime's QDQ quantizer does.
-SHARE_QPARAMS = frozenset(
-    {
-        "Reshape",
-        "Transpose",
-        "Squeeze",
-        "Unsqueeze",
-        "Flatten",
-        "Slice",
-        "Split",
-        "Gather",
-        "GatherElements",
-        "MaxPool",
-        "AveragePool",
-        "Resize",
-        "TopK",
-        "Pad",
-    }
-)
-#: Ops whose float constant operands become int8 (per tensor, asymmetric, own min/max).
-CONST_OPERAND_OPS = frozenset({"Add", "Mul", "Concat"})
-WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+#: onnxruntime's quantizer also gives these ONNX ops their data input's scale and zero point;
+#: tinyc has no op for them, so no ``OpDef.qdq_shares_qparams`` can say so.
+_SHARED_QPARAMS_WITHOUT_OPDEF = ("TopK",)
+
+
+def _fuses_activation(op_type: str) -> bool:
+    """tinyc fuses a Relu/Clip that follows this ONNX op (``OpDef.fuses_onnx_activation``)."""
+    opdef = onnx_op(op_type)
+    return opdef is not None and opdef.fuses_onnx_activation()
+
+
+def _is_clamp(op_type: str) -> bool:
+    """A Relu/Clip: an activation an int8 kernel folds into its clamp (``OpDef.activation_clamp``)."""
+    opdef = onnx_op(op_type)
+    return opdef is not None and opdef.activation_clamp({}) is not None
+
+
+def _shares_qparams(op_type: str) -> bool:
+    """The output takes its data input's (scale, zero point) (``OpDef.qdq_shares_qparams``)."""
+    opdef = onnx_op(op_type)
+    return op_type in _SHARED_QPARAMS_WITHOUT_OPDEF or (opdef is not None and op_type in opdef.qdq_shares_qparams)
+
+
+def _quantizes_constants(op_type: str) -> bool:
+    """Float constant operands become int8 (``OpDef.quantizes_constant_operands``)."""
+    opdef = onnx_op(op_type)
+    return opdef is not None and opdef.quantizes_constant_operands
 
 
 @dataclass(frozen=True)
@@ -358,7 +364,7 @@ class _Exporter:
             if n.op_type == "Softmax" and n.output[0] in act:
                 act[n.output[0]] = (np.float32(0.0), np.float32(1.0))
             elif (
-                n.op_type in REMOVABLE_ACTIVATIONS
+                _is_clamp(n.op_type)
                 and n.input[0] in act
                 and n.output[0] in act
                 and len(self.consumers[n.input[0]]) == 1
@@ -367,12 +373,12 @@ class _Exporter:
                 act[n.input[0]] = act[n.output[0]]
         for n in self.nodes:  # producer -> Relu/Clip: quantize only after the activation
             t = n.input[0] if n.input else ""
-            if n.op_type not in REMOVABLE_ACTIVATIONS or t not in act or n.output[0] not in act:
+            if not _is_clamp(n.op_type) or t not in act or n.output[0] not in act:
                 continue
             p = self.producer.get(t)
             if (
                 p is not None
-                and self.nodes[p].op_type in FUSE_ACTIVATION_INTO
+                and _fuses_activation(self.nodes[p].op_type)
                 and len(self.consumers[t]) == 1
                 and t not in self.graph_outputs
             ):
@@ -380,7 +386,7 @@ class _Exporter:
         return act
 
     def _shares(self, n: onnx.NodeProto) -> bool:
-        if n.op_type not in SHARE_QPARAMS:
+        if not _shares_qparams(n.op_type):
             return False
         if n.op_type != "Pad":
             return True
@@ -420,6 +426,7 @@ class _Exporter:
         key = ("w", name, axis)
         if key in cache:
             return cache[key]
+        attrs: dict[str, Any]  # DequantizeLinear's attributes
         if axis is None:
             s = np.float32(scale.reshape(-1)[0])
             q, scale_arr, zp, attrs = quantize(w, s, 0, WEIGHT_QMIN, WEIGHT_QMAX), s, np.int8(0), {}
@@ -479,7 +486,7 @@ class _Exporter:
         self.add_init(qn, q.reshape(b.shape))
         self.add_init(sn, scale)
         self.add_init(zn, np.zeros(scale.shape, np.int32))
-        attrs = {"axis": 0} if per_axis else {}
+        attrs: dict[str, Any] = {"axis": 0} if per_axis else {}
         pending[node_idx].append(
             helper.make_node("DequantizeLinear", [qn, sn, zn], [out], self.fresh(f"{name}_DequantizeLinear"), **attrs)
         )
@@ -489,12 +496,13 @@ class _Exporter:
     def _weight_plan(self, n: onnx.NodeProto) -> tuple[str, np.ndarray, int | None, int] | None:
         """(name, value, axis or None for per tensor, natural axis) of a weighted node's constant weight."""
         op = n.op_type
-        if op not in WEIGHTED_OPS or len(n.input) < 2:
+        opdef = onnx_op(op)
+        axis = opdef.onnx_weight_axis(op, lambda name, default: _attr(n, name, default)) if opdef is not None else None
+        if axis is None or len(n.input) < 2:
             return None
         w = self.const_array(n.input[1])
         if w is None or w.ndim < 2 or (op == "MatMul" and w.ndim != 2):
             return None
-        axis = {"Conv": 0, "ConvTranspose": 1, "MatMul": 1}.get(op, 0 if _attr(n, "transB", 0) else 1)
         return n.input[1], w, (axis if self.per_channel else None), axis
 
     def _bias_plan(self, n: onnx.NodeProto, w: np.ndarray, axis: int, qp: dict[str, _QP]) -> np.ndarray | None:
@@ -548,7 +556,7 @@ class _Exporter:
                 repl[(k, 2)] = self.bias_dq(k, n.input[2], b, qp[n.input[0]].scale, s_w, pending)
                 if n.op_type == "Gemm":
                     _set_float_attr(n, "beta", 1.0)
-            elif n.op_type in CONST_OPERAND_OPS:
+            elif _quantizes_constants(n.op_type):
                 for slot, name in enumerate(n.input):
                     c = self.const_array(name)
                     if c is not None:
@@ -629,4 +637,4 @@ class _Exporter:
         return self.m
 
 
-__all__ = ["CONST_OPERAND_OPS", "FUSE_ACTIVATION_INTO", "MIN_OPSET", "SHARE_QPARAMS", "export_qdq"]
+__all__ = ["MIN_OPSET", "export_qdq"]

@@ -329,7 +329,7 @@ def to_model_input(spec: Mapping[str, Any], value: Any) -> np.ndarray:
     arr = check_values(spec, value)
     dtype = np.dtype(spec["dtype"])
     if arr.dtype.kind == "f" and dtype.kind in "iu":
-        from tinyc.quantize.arith import quantize
+        from tinyc.numerics.fixed_point import quantize
 
         grid = spec["quant"]
         info = np.iinfo(dtype)

@@ -15,14 +15,13 @@ from collections.abc import Mapping
 import numpy as np
 
 from tinyc.ir import Graph
-from tinyc.quantize.arith import choose_qparams
+from tinyc.numerics.fixed_point import choose_qparams
 from tinyc.quantize.calibrate import TensorRange, collect_ranges
-from tinyc.passes.qdq import set_requant_rounding
-from tinyc.quantize.lower import MOVES, LoweringReport, lower_to_int8
-from tinyc.quantize.qparams import per_tensor
+from tinyc.ops.rounding import set_requant_rounding
+from tinyc.ops import get_op
+from tinyc.quantize.lower import LoweringReport, lower_to_int8
+from tinyc.numerics.qparams import per_tensor
 
-#: Output grids fixed by the op, as TFLite fixes them (probabilities in [0, 1) on 256 steps).
-FIXED_OUTPUT = {"Softmax": (1.0 / 256.0, -128)}
 QUANTIZE_MODES = ("auto", "int8", "none")
 
 
@@ -40,7 +39,8 @@ class QuantizationResult:
 
 def annotate_from_ranges(graph: Graph, ranges: Mapping[str, TensorRange]) -> None:
     """Give every calibrated float activation without a grid the int8 grid of its range; ops
-    that move values keep their input's grid (no requantization), Softmax gets 1/256."""
+    that move values keep their input's grid (``OpDef.keeps_input_grid``: no requantization),
+    ops that fix their output grid get it (``OpDef.fixed_int8_grid``: Softmax 1/256)."""
     for name, r in ranges.items():
         t = graph.tensors.get(name)
         if t is None or t.quant is not None:
@@ -51,12 +51,13 @@ def annotate_from_ranges(graph: Graph, ranges: Mapping[str, TensorRange]) -> Non
         out = graph.tensor(node.outputs[0]) if node.outputs and node.outputs[0] else None
         if out is None or out.dtype != "float32" or node.outputs[0] not in ranges:
             continue
-        if node.op == "Softmax" and node.attrs.get("kind") == "softmax":
-            out.quant = per_tensor(*FIXED_OUTPUT["Softmax"])
+        opdef = get_op(node.op)
+        fixed = opdef.fixed_int8_grid(node)
+        if fixed is not None:
+            out.quant = per_tensor(*fixed)
             continue
-        moves = node.op in MOVES or node.op in ("Pad", "Resize") or (node.op == "Pool" and node.attrs["kind"] == "max")
         src = graph.tensor(node.inputs[0])
-        if moves and src.quant is not None and not src.is_constant:
+        if opdef.keeps_input_grid(node) and src.quant is not None and not src.is_constant:
             for o in node.outputs:
                 if o and o in ranges:
                     graph.tensor(o).quant = src.quant
@@ -76,6 +77,6 @@ def quantize_graph(
     float_graph = graph.copy()
     lowering = lower_to_int8(graph)
     # a model quantized by tinyc follows TFLite's arithmetic; one quantized elsewhere (its scales
-    # used as given) follows ONNX's: see passes.qdq.set_requant_rounding
+    # used as given) follows ONNX's: see ops.rounding.set_requant_rounding
     set_requant_rounding(graph, "tflite" if calib is not None else "half_even")
     return QuantizationResult(float_graph, graph, lowering, ranges, method if calib is not None else None, samples)

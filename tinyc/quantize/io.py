@@ -19,7 +19,7 @@ import numpy as np
 from tinyc.errors import UsageError
 from tinyc.ir import Graph, Tensor
 from tinyc.quantize.feeds import to_model_input  # noqa: F401  (re-exported: its home is feeds)
-from tinyc.quantize.qparams import qparams_of
+from tinyc.numerics.qparams import qparams_of
 
 IO_DTYPES = ("float", "int8")
 

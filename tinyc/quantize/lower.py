@@ -12,13 +12,15 @@ QuantizeLinear. The model keeps its float inputs and outputs (the first and last
 Quantize and a Dequantize), like a QDQ model run by onnxruntime. Nodes left in float are listed
 in ``LoweringReport.float_nodes`` with the reason, for the report.
 
-Scale-preserving ops (Reshape, Transpose, Pad, Slice, Resize nearest, MaxPool, ...) move int8
-values unchanged; when the model wants a different grid on their output a QRequantize follows.
+Which ops have an int8 form, and how it is built, each op declares (``OpDef.int8_kernel``,
+``OpDef.int8_passthrough`` and ``OpDef.lower_int8``, which build through the services of
+``tinyc.ops.base.Int8Lowering`` that this module implements). Scale-preserving ops (Reshape,
+Transpose, Pad, Slice, Resize nearest, MaxPool, ...) move int8 values unchanged; when the model
+wants a different grid on their output a QRequantize follows.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable
@@ -28,22 +30,9 @@ import numpy as np
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node, Tensor
 from tinyc.ops import get_op
-from tinyc.quantize.arith import choose_qparams
-from tinyc.quantize.qparams import add_qconstant, add_qtensor, qparams_of, quantize_constant
-
-#: Ops that only move or select values: int8 in, int8 out on the same grid.
-MOVES = {
-    "Reshape",
-    "Transpose",
-    "Identity",
-    "Slice",
-    "Split",
-    "DepthToSpace",
-    "SpaceToDepth",
-    "Tile",
-    "Expand",
-    "Gather",
-}
+from tinyc.ops.base import Clamp
+from tinyc.numerics.fixed_point import choose_qparams
+from tinyc.numerics.qparams import add_qconstant, add_qtensor, qparams_of, quantize_constant
 
 
 @dataclass
@@ -63,19 +52,14 @@ def _annotated(graph: Graph, name: str) -> bool:
     return t.dtype == "float32" and q is not None and q.axis is None and np.asarray(q.scale).size == 1
 
 
-def clamp_of(node: Node) -> tuple[bool, tuple[float | None, float | None] | None]:
+def clamp_of(node: Node) -> tuple[bool, Clamp | None]:
     """(ok, clamp): a fused activation as a real clamp (lo, hi) for the int8 output clamp.
-    Activations that are not clamps cannot be folded (ok False)."""
+    Activations that are not clamps (``OpDef.activation_clamp`` None) cannot be folded (ok False)."""
     act = node.attrs.get("activation")
     if not act:
         return True, None
-    op, attrs = act["op"], act.get("attrs", {})
-    if op == "Relu":
-        return True, (0.0, None)
-    if op == "Clip":
-        lo, hi = float(attrs.get("min", -math.inf)), float(attrs.get("max", math.inf))
-        return True, (None if math.isinf(lo) else lo, None if math.isinf(hi) else hi)
-    return False, None
+    clamp = get_op(act["op"]).activation_clamp(act.get("attrs", {}))
+    return (True, clamp) if clamp is not None else (False, None)
 
 
 class _Lowering:
@@ -100,8 +84,8 @@ class _Lowering:
         if name in self.int8_of:
             return self.int8_of[name]
         t = self.g.tensor(name)
-        if t.is_constant:
-            if _annotated_const(t):
+        if t.data is not None:  # a constant
+            if t.quant is not None and _annotated_const(t):
                 s, zp = (
                     float(np.asarray(t.quant.scale).reshape(-1)[0]),
                     int(np.asarray(t.quant.zero_point).reshape(-1)[0]),
@@ -226,14 +210,9 @@ class _Lowering:
         return self.report
 
     def try_int8(self, node: Node) -> str | None:
-        """Replace `node` by int8 kernels; None when done, else why it stays float."""
-        rule = RULES.get(node.op)
+        """Replace `node` by int8 kernels (``OpDef.lower_int8``); None when done, else why it stays float."""
         opdef = get_op(node.op)
-        from tinyc.ops.elementwise import UnarySpec
-
-        if rule is None and isinstance(getattr(opdef, "spec", None), UnarySpec):
-            rule = _lower_unary
-        if rule is None:
+        if not (opdef.int8_kernel or opdef.int8_passthrough):
             return f"no int8 kernel for {node.op}"
         data = [i for i in node.inputs if i and not self.g.tensor(i).is_constant]
         if any(self.g.tensor(i).dtype != "float32" and i not in self.int8_of for i in data):
@@ -241,7 +220,84 @@ class _Lowering:
         missing = [i for i in data if not self.quantizable(i)]
         if missing:
             return f"input '{missing[0]}' has no int8 grid"
-        return rule(self, node)
+        return opdef.lower_int8(node, self)
+
+    # -- services for the ops' lower_int8 (tinyc.ops.base.Int8Lowering) ---------------------------
+    def needs_output(self, node: Node) -> str | None:
+        if not _annotated(self.g, node.outputs[0]):
+            return f"output '{node.outputs[0]}' has no int8 grid"
+        return None
+
+    def fused_clamp(self, node: Node) -> tuple[bool, Clamp | None]:
+        return clamp_of(node)
+
+    def lower_weighted(
+        self, node: Node, build: Callable[..., Node], shape_check: Callable[[Any, Any], str | None], *extra: Any
+    ) -> str | None:
+        """Conv and fully connected: constant float weights/bias quantized by the builder, clamp fused."""
+        g = self.g
+        ok, clamp = clamp_of(node)
+        if not ok:
+            return f"fused {node.attrs['activation']['op']} is not a clamp"
+        w = g.tensor(node.inputs[1])
+        b = g.tensor(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        if not w.is_constant or (b is not None and not b.is_constant):
+            return "weights or bias not constant"
+        why = shape_check(w, b) or self.needs_output(node)
+        if why:
+            return why
+        x_q = self.as_int8(node.inputs[0])
+        out = node.outputs[0]
+        y_q = self.int8_output(out)
+        self.emit(
+            build(g, node.name, x_q, w.name, b.name if b is not None else None, y_q, *extra, clamp, source=node.source),
+            out,
+            y_q,
+        )
+        return None
+
+    def lookup_table(self, node: Node) -> str | None:
+        """Any elementwise unary op: an int8 -> int8 table of its numpy reference (QLut)."""
+        from tinyc.ops.qelementwise import build_qlut
+
+        why = self.needs_output(node)
+        if why:
+            return why
+        opdef = get_op(node.op)
+        g = self.g
+
+        def fn(v: np.ndarray) -> np.ndarray:
+            with np.errstate(all="ignore"):
+                return np.asarray(opdef.reference(node, g, [np.asarray(v, np.float32)])[0], np.float64)
+
+        x_q = self.as_int8(node.inputs[0])
+        out = node.outputs[0]
+        y_q = self.int8_output(out)
+        self.emit(build_qlut(g, node.name, x_q, y_q, fn, source=node.source), out, y_q)
+        return None
+
+    def move_unchanged(
+        self, node: Node, attrs_for: Callable[[tuple[float, int]], dict[str, Any]] | None = None
+    ) -> str | None:
+        """Reshape-family and selection ops: the int8 values move unchanged (same grid);
+        `attrs_for(grid)` gives attrs that change with the grid (a Pad value)."""
+        g = self.g
+        extra = [i for i in node.inputs[1:] if i]
+        if any(not g.tensor(i).is_constant for i in extra):
+            return "data-dependent second input"
+        x_q = self.as_int8(node.inputs[0])
+        same = qparams_of(g, x_q)
+        if len([o for o in node.outputs if o]) > 1:  # Split: every output on the input grid
+            outs = [self.int8_output(o, same) if o else "" for o in node.outputs]
+            new = _clone_int8(node, [x_q] + node.inputs[1:], outs)
+            self.nodes.append(new)
+            for o, oq in zip(node.outputs, outs):
+                if o:
+                    self.int8_of[o] = oq
+            return None
+        attrs = attrs_for(same) if attrs_for is not None else {}
+        self.preserving(node, x_q, lambda y: _clone_int8(node, [x_q] + node.inputs[1:], [y], **attrs))
+        return None
 
 
 def _annotated_const(t: Any) -> bool:
@@ -249,191 +305,8 @@ def _annotated_const(t: Any) -> bool:
     return q is not None and q.axis is None and np.asarray(q.scale).size == 1
 
 
-def _needs_output(low: _Lowering, node: Node) -> str | None:
-    if not _annotated(low.g, node.outputs[0]):
-        return f"output '{node.outputs[0]}' has no int8 grid"
-    return None
-
-
-# -- rules -----------------------------------------------------------------------------------
-def _lower_weighted(
-    low: _Lowering, node: Node, build: Callable[..., Node], shape_check: Callable[[Any, Any], str | None], *extra: Any
-) -> str | None:
-    """Conv and fully connected: constant float weights/bias quantized by the builder, clamp fused."""
-    g = low.g
-    ok, clamp = clamp_of(node)
-    if not ok:
-        return f"fused {node.attrs['activation']['op']} is not a clamp"
-    w = g.tensor(node.inputs[1])
-    b = g.tensor(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
-    if not w.is_constant or (b is not None and not b.is_constant):
-        return "weights or bias not constant"
-    why = shape_check(w, b) or _needs_output(low, node)
-    if why:
-        return why
-    x_q = low.as_int8(node.inputs[0])
-    out = node.outputs[0]
-    y_q = low.int8_output(out)
-    low.emit(
-        build(g, node.name, x_q, w.name, b.name if b is not None else None, y_q, *extra, clamp, source=node.source),
-        out,
-        y_q,
-    )
-    return None
-
-
-def _lower_conv(low: _Lowering, node: Node) -> str | None:
-    from tinyc.ops.qconv import build_qconv
-
-    if node.attrs.get("layout") != "NHWC":
-        return "convolution not channels-last"
-    return _lower_weighted(low, node, build_qconv, lambda w, b: None, node.attrs)
-
-
-def _fc_shapes(w: Any, b: Any) -> str | None:
-    if len(w.shape) != 2:
-        return "weights not a constant matrix"
-    if b is not None and b.size != w.shape[1]:
-        return "bias not a per-column vector"
-    return None
-
-
-def _lower_gemm(low: _Lowering, node: Node) -> str | None:
-    from tinyc.ops.qmatmul import build_qfc
-
-    a = node.attrs
-    if a.get("transA") or a.get("transB") or float(a.get("alpha", 1.0)) != 1.0 or float(a.get("beta", 1.0)) != 1.0:
-        return "Gemm with transposes or alpha/beta"
-    return _lower_weighted(low, node, build_qfc, _fc_shapes)
-
-
-def _lower_binary(low: _Lowering, node: Node) -> str | None:
-    from tinyc.ops.qelementwise import build_qadd, build_qmul
-
-    ok, clamp = clamp_of(node)
-    if not ok:
-        return f"fused {node.attrs['activation']['op']} is not a clamp"
-    if len(node.inputs) != 2 or not all(low.quantizable(i) for i in node.inputs):
-        return "operand without int8 grid"
-    why = _needs_output(low, node)
-    if why:
-        return why
-    a_q, b_q = (low.as_int8(i) for i in node.inputs)
-    out = node.outputs[0]
-    y_q = low.int8_output(out)
-    build = build_qadd if node.op == "Add" else build_qmul
-    low.emit(build(low.g, node.name, a_q, b_q, y_q, clamp, source=node.source), out, y_q)
-    return None
-
-
-def _lower_concat(low: _Lowering, node: Node) -> str | None:
-    from tinyc.ops.qconcat import build_qconcat
-
-    if not all(low.quantizable(i) for i in node.inputs if i):
-        return "operand without int8 grid"
-    why = _needs_output(low, node)
-    if why:
-        return why
-    ins = [low.as_int8(i) for i in node.inputs if i]
-    out = node.outputs[0]
-    y_q = low.int8_output(out)
-    low.emit(build_qconcat(low.g, node.name, ins, y_q, node.attrs["axis"], source=node.source), out, y_q)
-    return None
-
-
-def _lower_pool(low: _Lowering, node: Node) -> str | None:
-    from tinyc.ops.qpool import build_qavgpool, build_qmaxpool
-
-    x_q = low.as_int8(node.inputs[0])
-    if node.attrs["kind"] == "max":
-        low.preserving(node, x_q, lambda y: build_qmaxpool(low.g, node.name, x_q, y, node.attrs, source=node.source))
-        return None
-    why = _needs_output(low, node)
-    if why:
-        return why
-    out = node.outputs[0]
-    y_q = low.int8_output(out)
-    low.emit(build_qavgpool(low.g, node.name, x_q, y_q, node.attrs, source=node.source), out, y_q)
-    return None
-
-
-def _lower_softmax(low: _Lowering, node: Node) -> str | None:
-    from tinyc.ops.qsoftmax import build_qsoftmax
-
-    if node.attrs.get("kind") != "softmax" or len(node.attrs.get("axes", [])) != 1:
-        return "only single-axis Softmax has an int8 kernel"
-    why = _needs_output(low, node)
-    if why:
-        return why
-    x_q = low.as_int8(node.inputs[0])
-    out = node.outputs[0]
-    y_q = low.int8_output(out)
-    low.emit(build_qsoftmax(low.g, node.name, x_q, y_q, node.attrs["axes"][0], source=node.source), out, y_q)
-    return None
-
-
-def _lower_unary(low: _Lowering, node: Node) -> str | None:
-    from tinyc.ops.qelementwise import build_qlut
-
-    why = _needs_output(low, node)
-    if why:
-        return why
-    opdef = get_op(node.op)
-    g = low.g
-
-    def fn(v: np.ndarray) -> np.ndarray:
-        with np.errstate(all="ignore"):
-            return np.asarray(opdef.reference(node, g, [np.asarray(v, np.float32)])[0], np.float64)
-
-    x_q = low.as_int8(node.inputs[0])
-    out = node.outputs[0]
-    y_q = low.int8_output(out)
-    low.emit(build_qlut(g, node.name, x_q, y_q, fn, source=node.source), out, y_q)
-    return None
-
-
 def _clone_int8(node: Node, inputs: list[str], outputs: list[str], **attrs: Any) -> Node:
     return Node(node.name, node.op, inputs, outputs, dict(node.attrs, **attrs), source=node.source)
-
-
-def _lower_move(low: _Lowering, node: Node) -> str | None:
-    """Reshape-family and selection ops: the int8 values move unchanged (same grid)."""
-    g = low.g
-    if node.op == "Resize" and node.attrs.get("mode") != "nearest":
-        return "only nearest Resize moves int8 values unchanged"
-    extra = [i for i in node.inputs[1:] if i]
-    if any(not g.tensor(i).is_constant for i in extra):
-        return "data-dependent second input"
-    x_q = low.as_int8(node.inputs[0])
-    same = qparams_of(g, x_q)
-    if len([o for o in node.outputs if o]) > 1:  # Split: every output on the input grid
-        outs = [low.int8_output(o, same) if o else "" for o in node.outputs]
-        new = _clone_int8(node, [x_q] + node.inputs[1:], outs)
-        low.nodes.append(new)
-        for o, oq in zip(node.outputs, outs):
-            if o:
-                low.int8_of[o] = oq
-        return None
-    attrs: dict[str, Any] = {}
-    if node.op == "Pad" and node.attrs.get("mode", "constant") == "constant":
-        s, zp = same
-        attrs["value"] = int(quantize_constant(np.array([node.attrs.get("value", 0.0)], np.float32), s, zp)[0])
-    low.preserving(node, x_q, lambda y: _clone_int8(node, [x_q] + node.inputs[1:], [y], **attrs))
-    return None
-
-
-RULES: dict[str, Callable[[_Lowering, Node], str | None]] = {
-    "Conv": _lower_conv,
-    "Gemm": _lower_gemm,
-    "Add": _lower_binary,
-    "Mul": _lower_binary,
-    "Concat": _lower_concat,
-    "Pool": _lower_pool,
-    "Softmax": _lower_softmax,
-    "Pad": _lower_move,
-    "Resize": _lower_move,
-    **{op: _lower_move for op in MOVES},
-}
 
 
 def lower_to_int8(graph: Graph) -> LoweringReport:

@@ -17,7 +17,14 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from tinyc.ir import Graph
+from tinyc.memory import plan_graph_memory
+from tinyc.numerics.fixed_point import dequantize
+from tinyc.numerics.qparams import qparams_of
+from tinyc.numerics.text import md_text
+from tinyc.ops import get_op
 from tinyc.quantize.flow import QuantizationResult
+from tinyc.reference import run_graph
+from tinyc.schedule import default_schedules
 
 
 def quantization_summary(q: QuantizationResult) -> dict[str, Any]:
@@ -35,8 +42,6 @@ def quantization_summary(q: QuantizationResult) -> dict[str, Any]:
 
 
 def summary_markdown(s: Mapping[str, Any]) -> str:
-    from tinyc.codegen.emitter import md_text  # node and tensor names are the model's text
-
     lines = [
         "## Quantization",
         "",
@@ -89,11 +94,20 @@ def _snr_db(ref: np.ndarray, err: np.ndarray) -> float:
     return 10.0 * np.log10(p_sig / p_err)
 
 
-def _memory(graph: Graph) -> tuple[int, int]:
-    from tinyc.codegen import generate
+def _weights_bytes(graph: Graph) -> int:
+    """Bytes of the constants the generated C embeds: every constant a kernel reads (alias nodes
+    have no kernel) and every constant output, each once; what report.json's weights_bytes counts."""
+    alias = {n.name for n in graph.nodes if get_op(n.op).alias}
+    used = {i for n in graph.nodes if n.name not in alias for i in n.inputs if i}
+    used |= {name for _, name in graph.public_outputs()}
+    return sum(t.nbytes for name, t in graph.tensors.items() if name in used and t.is_constant)
 
-    gen = generate(graph.copy())
-    return int(gen.report["weights_bytes"]), int(gen.report["arena_bytes"])
+
+def _memory(graph: Graph) -> tuple[int, int]:
+    """(weights, arena) bytes of `graph` compiled for the host with its default schedules, read from
+    the graph and the memory plan: the same numbers as report.json without rendering the C."""
+    layout = plan_graph_memory(graph, default_schedules(graph, "host"), "host")
+    return _weights_bytes(graph), int(layout.arena_bytes)
 
 
 def compare_float_int8(
@@ -105,10 +119,6 @@ def compare_float_int8(
 ) -> Comparison:
     """Float vs int8 (golden integer model) over `n` samples; see the module docstring."""
     from tqdm import tqdm
-
-    from tinyc.quantize.arith import dequantize
-    from tinyc.quantize.qparams import qparams_of
-    from tinyc.reference import run_graph
 
     g8, gf = q.graph, q.float_graph
     producers = {o: node for node in g8.nodes for o in node.outputs}
@@ -163,8 +173,6 @@ def compare_float_int8(
 
 
 def comparison_markdown(c: Comparison, summary: Mapping[str, Any], title: str) -> str:
-    from tinyc.codegen.emitter import md_text  # node and output names are the model's text
-
     def pct(v):
         return "n/a" if v is None else f"{100 * v:.2f}%"
 

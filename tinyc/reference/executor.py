@@ -6,6 +6,7 @@ Used as the oracle the C code is tested against, and to collect intermediate ten
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 import numpy as np
 
@@ -28,12 +29,13 @@ def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray], keep_all: bool = Fa
             raise RunError(f"input '{name}' has shape {tuple(value.shape)}, the model expects {t.shape}")
         env[name] = value.astype(t.dtype, copy=False)
     for name, t in graph.tensors.items():
-        if t.is_constant:
-            env[name] = t.data  # type: ignore[assignment]
+        if t.data is not None:  # a constant
+            env[name] = t.data
     for node in graph.nodes:
         opdef = get_op(node.op)
         args = [env[i] if i else None for i in node.inputs]
-        outs = opdef.reference(node, graph, args)
+        # None stands for an absent optional input; an op reads an input only where the node has it
+        outs = opdef.reference(node, graph, cast("list[np.ndarray]", args))
         for name, value in zip(node.outputs, outs):
             if name:
                 t = graph.tensor(name)

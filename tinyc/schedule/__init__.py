@@ -13,21 +13,13 @@ from collections.abc import Mapping
 
 from tinyc.errors import UsageError
 from tinyc.ir import Graph
+from tinyc.ir.isa import Isa
 from tinyc.ops import get_op
-
-#: ISA extensions a knob value may need; a core has a subset (boards' [cpu] dsp / mve).
-ISA_EXTENSIONS = ("dsp", "mve")
-
-
-def isa_of(target: str) -> frozenset[str]:
-    """The ISA extensions named in a target string ("mcu+dsp+mve" -> {"dsp", "mve"})."""
-    return frozenset(part for part in target.split("+")[1:] if part)
 
 
 def board_target(board: Mapping[str, Any]) -> str:
     """The schedule target of a board definition: "mcu" plus the extensions its core has."""
-    cpu = board.get("cpu", {})
-    return "+".join(["mcu"] + [ext for ext in ISA_EXTENSIONS if cpu.get(ext)])
+    return Isa.of_board(board).name
 
 
 def knob_allowed(opdef: Any, knob: str, value: Any, target: str) -> bool:
@@ -35,8 +27,7 @@ def knob_allowed(opdef: Any, knob: str, value: Any, target: str) -> bool:
     the target's core has, or the target itself ("opencl": work-item grids, vector types, local
     memory; such values render as valid C too, but only that target's defaults and search spaces
     offer them)."""
-    need = opdef.knob_isa(knob, value)
-    return need is None or need in isa_of(target) or need == target.split("+")[0]
+    return Isa.parse(target).has(opdef.knob_isa(knob, value))
 
 
 #: Knobs of the launch rather than the kernel code, per target: OpenCL work-items per work-group

@@ -23,12 +23,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tinyc import __version__
+from tinyc.version import __version__
 from tinyc.errors import BuildError, UsageError
 from tinyc.resources import runtime_dir, templates_dir
-from tinyc.targets.host import MANIFEST, _write_if_changed, load_manifest, write_sources
+from tinyc.codegen.manifest import MANIFEST, load_manifest
+from tinyc.device.project import BOARD_JSON, load_project_board, model_hash
+from tinyc.targets.host import _write_if_changed, write_sources
 
-BOARD_JSON = "board.json"
 REPORT = "report.json"
 BUILD_DIR = "build"
 HARNESS_TEMPLATE = "project/harness_main.c.j2"
@@ -78,18 +79,6 @@ def board_defines(board: Mapping[str, Any]) -> list[str]:
     if board["cpu"]["fpu"] != "none" or board["cpu"]["mve"]:
         defs.append("TINYC_HAS_FPU=1")
     return defs
-
-
-def model_hash(files: Mapping[str, str]) -> str:
-    """16 hex digits of the sha256 of the generated model sources (names and text, sorted by
-    name): the firmware reports it, so the host can tell whether the board runs this model."""
-    h = hashlib.sha256()
-    for name in sorted(files):
-        h.update(name.encode())
-        h.update(b"\0")
-        h.update(files[name].encode())
-        h.update(b"\0")
-    return h.hexdigest()[:16]
 
 
 def _header_number(files: Mapping[str, str], prefix: str, macro: str) -> int:
@@ -189,14 +178,6 @@ def write_board_project(
     public = {k: v for k, v in manifest.items() if k != "render"}
     public.update(board=board["name"], model_hash=mhash, firmware=f"{BUILD_DIR}/{prefix}.elf")
     _write_if_changed(out_dir / MANIFEST, json.dumps(public, indent=2) + "\n")
-
-
-def load_project_board(out_dir: Path) -> dict[str, Any]:
-    """The board a firmware project was written for (its board.json)."""
-    path = Path(out_dir) / BOARD_JSON
-    if not path.is_file():
-        raise UsageError(f"{out_dir} is not a tinyc firmware project (no {BOARD_JSON}); compile for a board first")
-    return json.loads(path.read_text())
 
 
 def _io_bytes(manifest: Mapping[str, Any]) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tinyc.codegen.emitter import cmake_quote  # noqa: F401  (re-exported: board templates quote flags with it)
+from tinyc.numerics.text import cmake_quote  # noqa: F401  (re-exported: board templates quote flags with it)
 from tinyc.errors import UsageError
 from tinyc.resources import boards_dir
 
@@ -205,7 +205,7 @@ def validate_board(board: dict[str, Any], source: str | Path = "<board>") -> Non
         fields.update(_EMULATOR_FIELDS)
     for (section, key), spec in fields.items():
         table = board if not section else board.get(section)
-        if section and not isinstance(table, dict):
+        if not isinstance(table, dict):  # only a section's table can be missing: `board` is a dict
             if section in board:
                 raise UsageError(f"board file {source}: [{section}] must be a table")
             raise UsageError(f"board file {source}: missing [{section}] {key}")

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tinyc import __version__
+from tinyc.version import __version__
 from tinyc.errors import BuildError, RunError
 from tinyc.quantize.feeds import (
     prepare_feeds,
@@ -26,6 +26,7 @@ from tinyc.quantize.feeds import (
     stack_outputs,
     to_model_input,
 )  # (re-exported: their home is feeds)
+from tinyc.codegen.manifest import MANIFEST, load_manifest
 from tinyc.resources import runtime_dir
 
 
@@ -34,9 +35,6 @@ def default_cflags() -> str:
     from tinyc.targets.boards import load_board
 
     return str(load_board("host").get("toolchain", {}).get("cflags", "-O3"))
-
-
-MANIFEST = "tinyc.json"
 
 
 def write_sources(out_dir: Path, files: Mapping[str, str]) -> Path:
@@ -107,13 +105,6 @@ def build(out_dir: str | os.PathLike, force: bool = False, quiet: bool = True) -
             raise BuildError(f"building {out} failed ({' '.join(cmd[:2])}):\n{tail}")
     stamp.write_text(digest)
     return lib
-
-
-def load_manifest(out_dir: Path) -> dict[str, Any]:
-    path = Path(out_dir) / MANIFEST
-    if not path.exists():
-        raise RunError(f"{out_dir} is not a tinyc output folder (no {MANIFEST}); run `tinyc compile` first")
-    return json.loads(path.read_text())
 
 
 class HostModel:

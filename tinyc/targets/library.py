@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Mapping
 
-from tinyc import __version__
+from tinyc.version import __version__
 from tinyc.errors import BuildError, UsageError
 from tinyc.resources import runtime_dir, templates_dir
-from tinyc.targets.host import MANIFEST, _write_if_changed, load_manifest
+from tinyc.codegen.manifest import MANIFEST, load_manifest
+from tinyc.targets.host import _write_if_changed
 
 FORMAT = "library"
 #: The runtime core a model needs; the harness and the board ports stay out of a user's firmware.

@@ -21,7 +21,8 @@ import numpy as np
 
 from tinyc.errors import BuildError, RunError, UsageError
 from tinyc.quantize.feeds import prepare_feeds, stack_outputs, to_model_input
-from tinyc.targets.host import MANIFEST, _write_if_changed, load_manifest
+from tinyc.codegen.manifest import MANIFEST, load_manifest
+from tinyc.targets.host import _write_if_changed
 
 
 def write_project(

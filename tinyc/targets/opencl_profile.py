@@ -77,8 +77,8 @@ def profile_opencl(
     for _ in range(max(1, repeat)):
         model(feeds)
         times = model.last_times_ns
-        for i, t in enumerate(times):
-            per_kernel[i].append(float(t))
+        for i, ns in enumerate(times):
+            per_kernel[i].append(float(ns))
         whole.append(float(model.last_span_ns))
     med = [statistics.median(t) if t else 0.0 for t in per_kernel]
     total = sum(med)

@@ -9,6 +9,7 @@ from typing import Any
 from tinyc.ir import Graph
 from tinyc.ops import get_op
 from tinyc.schedule import knob_allowed
+from tinyc.targets.base import Target
 
 
 def schedules_from_log(graph: Graph, log_path: str | os.PathLike, board: str, target: str) -> dict[str, dict[str, Any]]:
@@ -42,6 +43,12 @@ def schedules_from_log(graph: Graph, log_path: str | os.PathLike, board: str, ta
         if all(knob_allowed(opdef, k, v, target) for k, v in knobs.items()):
             chosen[node.name] = knobs
     return chosen
+
+
+def log_board(target: Target, log_path: str | os.PathLike, device: str | None = None) -> str:
+    """Whose records a compile for `target` (a tinyc.targets Target) takes: the target's own
+    (a board's name, "host"), or for a target that runs on a chosen OpenCL device that device's."""
+    return opencl_log_board(log_path, device) if target.selects_device else str(target.name)
 
 
 def opencl_log_board(log_path: str | os.PathLike, device: str | None = None) -> str:

@@ -72,7 +72,7 @@ def build_batch_graph(graph: Graph, candidates: Sequence[Candidate], env: Mappin
                 bg.inputs.append(local)
                 inputs[local] = np.asarray(env[name]).reshape(t.shape)
             renamed.append(local)
-        outs = []
+        outs: list[str] = []
         for o in node.outputs:
             if not o:
                 outs.append(o)
@@ -104,11 +104,11 @@ def build_batch_graph(graph: Graph, candidates: Sequence[Candidate], env: Mappin
     return Batch(bg, list(candidates), inputs, expected, slices, schedules)
 
 
-def candidate_is_buildable(graph: Graph, node_name: str, knobs: Mapping[str, Any]) -> str | None:
+def candidate_is_buildable(graph: Graph, node_name: str, knobs: Mapping[str, Any], target: str) -> str | None:
     """None when the op can render this schedule, else the reason (recorded as build_error)."""
     node = next(n for n in graph.nodes if n.name == node_name)
     try:
-        get_op(node.op).kernel_context(node, graph, dict(knobs))
+        get_op(node.op).kernel_context(node, graph, dict(knobs), target)
     except Exception as exc:  # noqa: BLE001  (any refusal of the op is this candidate's failure)
         return f"{type(exc).__name__}: {exc}"
     return None

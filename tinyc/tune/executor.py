@@ -2,7 +2,7 @@
 
 The tuner hands an executor *jobs* — one batch of candidates each — and takes back *outcomes*
 as they finish; it never learns where a job ran. Both executors run the same two steps, the
-functions below:
+functions of `tinyc.tune.steps`:
 
 1. `build_image`: write and compile the batch's project in a build folder of this process (one
    folder per concurrent builder, reused so CMake's configuration and the runtime's objects stay
@@ -24,60 +24,18 @@ retried batch cannot leave half a batch, or a batch twice, in the log.
 from __future__ import annotations
 
 import dataclasses
-import os
 import queue
-import shutil
-import tempfile
 import threading
-import time
 import uuid
 from concurrent.futures import CancelledError, Future
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 
-from tinyc.errors import BuildError, RunError, UsageError
+from tinyc.errors import RunError, UsageError
 from tinyc.tune.bench import Batch
-
-#: CMake's own files and intermediate objects: rebuilt by CMake, never needed to run a firmware.
-_SKIP_DIRS = frozenset({"CMakeFiles"})
-_SKIP_NAMES = frozenset({"CMakeCache.txt", "Makefile", "cmake_install.cmake", "compile_commands.json"})
-_SKIP_SUFFIXES = frozenset({".o", ".obj", ".d", ".map"})
-
-
-@dataclass
-class Firmware:
-    """A built batch as it travels from its builder to the board that measures it: every file of
-    the project but CMake's intermediates (the ELF/.bin/.hex or shared library, the manifest, the
-    board definition, the sources with the build stamp, so the runner sees the image as built)."""
-
-    name: str
-    files: dict[str, bytes]
-    build_s: float
-
-    @property
-    def nbytes(self) -> int:
-        return sum(len(v) for v in self.files.values())
-
-
-@dataclass
-class BuildFailed:
-    """The batch did not build (or did not fit): the tuner halves it until the culprit is alone."""
-
-    name: str
-    message: str
-
-
-@dataclass
-class Measured:
-    """A measured batch: one Measurement per candidate, and where and how long it took."""
-
-    measurements: list[Any]
-    measure_s: float
-    where: str = ""  # on a farm: the worker (and port) that measured it
-    build_s: float = 0.0
+from tinyc.tune.steps import BuildFailed, BuildFolders, Firmware, Measured, build_image, measure_image
 
 
 @dataclass
@@ -106,95 +64,10 @@ class Outcome:
     measurement: Any = None
 
 
-def pack_project(folder: Path) -> dict[str, bytes]:
-    """Every file of a built project a runner needs, relative path -> bytes."""
-    folder = Path(folder)
-    files: dict[str, bytes] = {}
-    for root, dirs, names in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
-        for name in sorted(names):
-            if name in _SKIP_NAMES or Path(name).suffix in _SKIP_SUFFIXES:
-                continue
-            path = Path(root) / name
-            if path.is_file():
-                files[path.relative_to(folder).as_posix()] = path.read_bytes()
-    return files
-
-
-def unpack_project(files: Mapping[str, bytes], folder: Path) -> Path:
-    """Write a packed project into `folder` (which must not exist yet)."""
-    folder = Path(folder)
-    folder.mkdir(parents=True)
-    for rel, data in files.items():
-        path = folder / rel
-        if ".." in Path(rel).parts or Path(rel).is_absolute():
-            raise ValueError(f"refusing to unpack {rel!r} outside {folder}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    return folder
-
-
-class BuildFolders:
-    """Project folders under `root` for concurrent builds: each builder takes a free one (the
-    least recently freed, so a builder usually gets back the folder CMake already configured)
-    and gives it back after packing the firmware. At most as many folders as builders ever ran
-    at once."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
-        self._lock = threading.Lock()
-        self._free: list[Path] = []
-        self._count = 0
-
-    @contextmanager
-    def take(self) -> Iterator[Path]:
-        with self._lock:
-            if self._free:
-                folder = self._free.pop(0)
-            else:
-                folder = self.root / f"build{self._count}"
-                self._count += 1
-        try:
-            yield folder
-        finally:
-            with self._lock:
-                self._free.append(folder)
-
-
 def measure_view(batch: Batch) -> Batch:
     """The batch without its graph: all a measurement needs (inputs, expected outputs, where each
     candidate's output lies), so the weights do not travel twice."""
     return dataclasses.replace(batch, graph=None, schedules={})  # type: ignore[arg-type]
-
-
-def build_image(measurer: Any, batch: Batch, name: str, folders: BuildFolders) -> Firmware | BuildFailed:
-    """Step 1: build the batch in a free folder and pack it (see the module docstring)."""
-    t0 = time.perf_counter()
-    with folders.take() as out:
-        try:
-            project = measurer.prepare(batch, name, out=out)
-        except BuildError as exc:
-            return BuildFailed(name, str(exc))
-        files = pack_project(project)
-    return Firmware(name, files, time.perf_counter() - t0)
-
-
-def measure_image(
-    measurer: Any, firmware: Firmware, batch: Batch, scratch: Path, on_result: Callable[[Any], None] | None = None
-) -> Measured:
-    """Step 2: unpack `firmware` into a fresh folder under `scratch`, measure every candidate of
-    `batch` with `measurer` (its board, port or device; `on_result` gets each measurement as it
-    exists), delete the folder."""
-    scratch = Path(scratch)
-    scratch.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix=f"{firmware.name}-", dir=scratch)) / "project"
-    t0 = time.perf_counter()
-    try:
-        unpack_project(firmware.files, folder)
-        results = measurer.measure(batch, folder, on_result or (lambda m: None))
-    finally:
-        shutil.rmtree(folder.parent, ignore_errors=True)
-    return Measured(list(results), time.perf_counter() - t0, build_s=firmware.build_s)
 
 
 class _DaemonPool:
@@ -330,8 +203,11 @@ class DaskExecutor:
     def __init__(self, spec: Any, address: str, retries: int = 2, timeout: float = 10.0) -> None:
         try:
             from distributed import Client
+
+            from tinyc.tune import farm  # the tasks it submits (the farm module needs distributed)
         except ImportError:
             raise UsageError("--cluster needs Dask distributed: pip install 'tinyc[farm]'") from None
+        self._farm = farm
         if retries < 0:
             raise UsageError(f"--retries must be >= 0, got {retries}")
         self.spec, self.address, self.retries = spec, address, retries
@@ -340,7 +216,7 @@ class DaskExecutor:
         except (OSError, TimeoutError, ValueError) as exc:
             raise UsageError(
                 f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
-                f"({describe(exc)}); start one with `dask scheduler`"
+                f"({farm.describe(exc)}); start one with `dask scheduler`"
             ) from None
         self.resource = spec.resource
         units, workers = self._units()
@@ -364,7 +240,7 @@ class DaskExecutor:
         self.description = f"Dask farm {address}: {units} {spec.board['name']} board{'s' * (units > 1)}"
 
     def _units(self) -> tuple[int, dict[str, dict[str, float]]]:
-        workers = {addr: dict(w.get("resources") or {}) for addr, w in all_workers(self.client).items()}
+        workers = {addr: dict(w.get("resources") or {}) for addr, w in self._farm.all_workers(self.client).items()}
         return int(sum(res.get(self.resource, 0) for res in workers.values())), workers
 
     def submit(self, job: Job) -> None:
@@ -372,8 +248,7 @@ class DaskExecutor:
         self._launch(job)
 
     def _launch(self, job: Job) -> None:
-        from tinyc.tune import farm
-
+        farm = self._farm
         tag = uuid.uuid4().hex[:8]
         build = self.client.submit(
             farm.build_task, self.spec, job.batch, job.name, key=f"tinyc-build-{job.name}-{tag}", pure=False
@@ -404,7 +279,7 @@ class DaskExecutor:
                     self._finish(job)
                     if isinstance(exc, CancelledError):  # the scheduler dropped it (restarted, gone)
                         raise RunError(
-                            f"the farm at {self.address} cancelled batch {job.name} ({describe(exc)}): "
+                            f"the farm at {self.address} cancelled batch {job.name} ({self._farm.describe(exc)}): "
                             "was the scheduler restarted? Run the same command again to resume"
                         ) from None
                     raise
@@ -442,63 +317,8 @@ class DaskExecutor:
             self.client.close()
 
 
-def all_workers(client: Any) -> dict[str, dict[str, Any]]:
-    """Every worker the scheduler knows, address -> its info (resources, name, nthreads). Recent
-    distributed lists only a few unless asked for all."""
-    try:
-        info = client.scheduler_info(n_workers=-1)
-    except TypeError:  # distributed before the n_workers argument: all of them anyway
-        info = client.scheduler_info()
-    return dict(info.get("workers", {}))
-
-
-def describe(exc: BaseException) -> str:
-    """ "Type: message", or just the type when the message is empty (asyncio's TimeoutError)."""
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 def _resources_text(res: Mapping[str, float]) -> str:
     return ", ".join(f"{k}={v:g}" for k, v in sorted(res.items())) or "(no resources)"
 
 
-@dataclass(frozen=True)
-class MeasureSpec:
-    """What a farm worker needs to build and measure this run's batches (travels with each task):
-    the board definition (workers need no board files), the schedule target, measuring options
-    and the client's tinyc version (a worker running another version would generate other code)."""
-
-    board: Mapping[str, Any]
-    target: str
-    repeat: int | None = None
-    run_timeout: float = 10.0
-    tinyc_version: str = ""
-
-    @property
-    def resource(self) -> str:
-        """The Dask worker resource naming one attached board of this definition."""
-        return board_resource(self.board["name"])
-
-
-def board_resource(board_name: str) -> str:
-    """``board:<name>``: named after the board definition, so several board types share a farm."""
-    return f"board:{board_name}"
-
-
-__all__ = [
-    "BuildFailed",
-    "BuildFolders",
-    "DaskExecutor",
-    "Firmware",
-    "Job",
-    "LocalExecutor",
-    "MeasureSpec",
-    "Measured",
-    "Outcome",
-    "board_resource",
-    "build_image",
-    "measure_image",
-    "measure_view",
-    "pack_project",
-    "unpack_project",
-]
+__all__ = ["DaskExecutor", "Job", "LocalExecutor", "Outcome", "measure_view"]

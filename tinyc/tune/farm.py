@@ -1,5 +1,7 @@
 """The tuning farm's worker side: Dask tasks that build and measure batches, the boards a worker
-holds, `tinyc worker` and `tinyc farm status`.
+holds, `tinyc worker` and `tinyc farm status`. The client side, which submits the tasks, is
+``tinyc.tune.executor.DaskExecutor``; what both sides share (the steps, `MeasureSpec`) is
+``tinyc.tune.steps``, so this module never imports the executor.
 
 A farm is a Dask distributed cluster: a `dask scheduler` anywhere, and workers on the machines
 the boards are plugged into, each started with `tinyc worker ADDRESS --board NAME=PORT ...` or
@@ -37,16 +39,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from distributed import WorkerPlugin
 
 from tinyc.errors import UsageError
-from tinyc.tune.executor import (
+from tinyc.tune.steps import (
     BuildFailed,
     BuildFolders,
     Firmware,
     Measured,
     MeasureSpec,
     board_resource,
-    all_workers,
     build_image,
-    describe,
     measure_image,
 )
 
@@ -92,6 +92,22 @@ def _start_watchdog() -> subprocess.Popen | None:
         start_new_session=True,
         env=env,
     )
+
+
+def all_workers(client: Any) -> dict[str, dict[str, Any]]:
+    """Every worker the scheduler knows, address -> its info (resources, name, nthreads). Recent
+    distributed lists only a few unless asked for all."""
+    try:
+        info = client.scheduler_info(n_workers=-1)
+    except TypeError:  # distributed before the n_workers argument: all of them anyway
+        info = client.scheduler_info()
+    return dict(info.get("workers", {}))
+
+
+def describe(exc: BaseException) -> str:
+    """ "Type: message", or just the type when the message is empty (asyncio's TimeoutError)."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class FarmState:
@@ -196,7 +212,7 @@ def _check_worker(spec: MeasureSpec, worker: Any) -> None:
     """Refuse, with a message naming the worker, what would otherwise poison the log with
     wrong statuses: another tinyc version (other generated code), a missing cross toolchain
     (every candidate a build_error) or a missing QEMU (every candidate a crash)."""
-    from tinyc import __version__
+    from tinyc.version import __version__
 
     if spec.tinyc_version and spec.tinyc_version != __version__:
         raise UsageError(
@@ -418,7 +434,7 @@ def farm_status(address: str, timeout: float = 10.0) -> dict[str, Any]:
         reports = client.run(_report, on_error="return")
     finally:
         client.close()
-    workers = []
+    workers: list[dict[str, Any]] = []
     for addr, w in sorted(info.items()):
         rep = reports.get(addr)
         rep = rep if isinstance(rep, dict) else {}

@@ -258,7 +258,7 @@ class TuningLog:
             full["time"] = time.time()
         if "tinyc_version" not in full:
             # imported here: tinyc's package init may itself import the tuner
-            from tinyc import __version__
+            from tinyc.version import __version__
 
             full["tinyc_version"] = __version__
         line = json.dumps(full, default=_jsonable, allow_nan=False, separators=(",", ":")) + "\n"

@@ -27,6 +27,7 @@ import numpy as np
 
 from tinyc.errors import BuildError, DeviceError
 from tinyc.reference.compare import compare_float
+from tinyc.targets.base import Target
 from tinyc.tune.bench import Batch, Candidate, write_board_batch, write_host_batch, write_opencl_batch
 
 
@@ -411,9 +412,9 @@ class OpenCLMeasurer:
 
         manifest = load_manifest(project)
         spec = manifest["opencl"]
-        np.savez(
-            project / "batch_inputs.npz", **{s["name"]: np.asarray(batch.inputs[s["name"]]) for s in manifest["inputs"]}
-        )
+        inputs = {s["name"]: np.asarray(batch.inputs[s["name"]]) for s in manifest["inputs"]}
+        # the ignore: numpy's stubs match the arrays given as **kwds against `allow_pickle: bool`
+        np.savez(project / "batch_inputs.npz", **inputs)  # type: ignore[arg-type]
         counts = [len(sl) for sl in batch.output_slices]
         first = [sum(counts[:j]) for j in range(len(counts))]
         n = len(batch.candidates)
@@ -448,15 +449,26 @@ class OpenCLMeasurer:
 
 
 def make_measurer(board: Mapping[str, Any] | None, target: str, work_dir: Path, **options: Any) -> Any:
-    """The measurer for a board (serial harness), an OpenCL device (target "opencl") or the host."""
-    if target == "opencl":
+    """The measurer for a board definition (serial harness), else for the target named by a
+    schedule target ("host", "opencl"); a farm worker knows only these from its MeasureSpec."""
+    from tinyc.targets.registry import target_for
+
+    return measurer_for(target_for(board, target), work_dir, **options)
+
+
+def measurer_for(target: Target, work_dir: Path, **options: Any) -> Any:
+    """The measurer for a Target: a board's serial harness, an OpenCL device or the host
+    (`options` holds every measurer's settings; each takes the ones it has)."""
+    from tinyc.targets.registry import BoardTarget, OpenCLTarget
+
+    if isinstance(target, OpenCLTarget):
         keep = {k: v for k, v in options.items() if k in ("repeat", "device")}
         return OpenCLMeasurer(work_dir, **keep)
-    if board is None:
-        keep = {k: v for k, v in options.items() if k in ("repeat", "cflags")}
-        return HostMeasurer(work_dir, **keep)
-    keep = {k: v for k, v in options.items() if k in ("repeat", "run_timeout", "port", "lost_board")}
-    return BoardMeasurer(board, target, work_dir, **keep)
+    if isinstance(target, BoardTarget):
+        keep = {k: v for k, v in options.items() if k in ("repeat", "run_timeout", "port", "lost_board")}
+        return BoardMeasurer(target.definition, target.schedule_target, work_dir, **keep)
+    keep = {k: v for k, v in options.items() if k in ("repeat", "cflags")}
+    return HostMeasurer(work_dir, **keep)
 
 
 __all__ = [
@@ -466,5 +478,6 @@ __all__ = [
     "OpenCLMeasurer",
     "Measurement",
     "make_measurer",
+    "measurer_for",
     "BuildError",
 ]

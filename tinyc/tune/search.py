@@ -13,6 +13,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet  # a set or a frozenset
 
 import numpy as np
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from tinyc.tune.cost_model import CostModel
 
 
-def _unique(space: Sequence[Mapping], exclude: set[str] = frozenset()) -> list[tuple[str, dict]]:
+def _unique(space: Sequence[Mapping], exclude: AbstractSet[str] = frozenset()) -> list[tuple[str, dict]]:
     """(knobs_id, knobs) of each distinct candidate of the space not in exclude, in space order."""
     seen: set[str] = set()
     out: list[tuple[str, dict]] = []

@@ -83,16 +83,10 @@ def task_key(node: Node, graph: Graph) -> str:
 
 
 def task_info(node: Node, graph: Graph) -> dict[str, Any]:
-    """Shape facts the cost model learns from (tinyc.tune.features)."""
+    """Shape facts the cost model learns from (tinyc.tune.features); the op names its dimensions
+    (``OpDef.task_dims``)."""
     opdef = get_op(node.op)
-    dims: dict[str, int] = {}
-    if hasattr(opdef, "_dims") and node.op == "QConv":
-        dims = {k: int(v) for k, v in opdef._dims(node, graph).items()}
-    elif node.op == "QMatMul":
-        a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
-        dims = {"M": int(np.prod(a[:-1])), "K": int(a[-1]), "N": int(b[-1])}
-    else:
-        dims = {f"d{i}": int(d) for i, d in enumerate(graph.tensor(node.outputs[0]).shape)}
+    dims = opdef.task_dims(node, graph)
     consts = [graph.tensor(i) for i in node.inputs if i and graph.tensor(i).is_constant]
     acts = [graph.tensor(i) for i in node.inputs if i and not graph.tensor(i).is_constant]
     return {
@@ -183,7 +177,7 @@ def extract_tasks(
         space = schedule_space(node, graph, target)
         if default not in space:
             space.insert(0, default)
-        scratch = {knobs_id(c): int(opdef.scratch_bytes(node, graph, c)) for c in space}
+        scratch = {knobs_id(c): int(opdef.scratch_bytes(node, graph, c, target)) for c in space}
         dropped = 0
         if ram_budget is not None and arena_bytes is not None:
             room = ram_budget - arena_bytes + scratch[knobs_id(default)]

@@ -32,6 +32,7 @@ import numpy as np
 
 from tinyc.errors import UsageError
 from tinyc.ir import Graph
+from tinyc.targets.base import Target
 from tinyc.tune.bench import Candidate, build_batch_graph, candidate_is_buildable
 from tinyc.tune.executor import Job
 from tinyc.tune.tasks import Task, extract_tasks
@@ -84,7 +85,7 @@ class TuneResult:
 
 def board_features(board: Mapping[str, Any] | None, target: str, name: str = "host") -> dict[str, Any]:
     """What the cost model knows of the machine (stored in every record, for transfer)."""
-    from tinyc.schedule import isa_of
+    from tinyc.ir.isa import isa_of
 
     if board is None:
         return {"name": name, "core": target, "isa": [], "clock_hz": 0}
@@ -188,30 +189,24 @@ def tune(
     candidates are logged as "lost" (not measured: the next run over the same log measures them).
     `log` is outside input too: a record whose knobs the op does not offer is skipped, with a
     warning naming its line."""
-    import sys
-
-    from tqdm import tqdm
-
-    from tinyc.api import prepare
     from tinyc.memory import plan_graph_memory
+    from tinyc.pipeline import prepare
     from tinyc.reference import run_graph
-    from tinyc.schedule import board_target, default_schedules
-    from tinyc.targets.boards import load_board
-    from tinyc.tune.cost_model import CostModel
-    from tinyc.tune.log import TuningLog, check_log_path, knobs_id
-    from tinyc.tune.measure import make_measurer
-    from tinyc.tune.tasks import drop_unoffered_records
-    from tinyc.tune.task_scheduler import allocate, next_task
+    from tinyc.schedule import default_schedules
+    from tinyc.targets.registry import TARGETS, load_mcu_board, target_for
+    from tinyc.tune.log import TuningLog, check_log_path
+    from tinyc.tune.measure import measurer_for
 
     if search not in SEARCHES:
         raise UsageError(f"--search must be one of {', '.join(SEARCHES)}, got {search!r}")
     if trials < 0 or batch_size < 1:
         raise UsageError("--trials must be >= 0 and --batch-size >= 1")
-    if target not in (None, "host", "opencl"):
-        raise UsageError(f"--target must be host or opencl (or use --board), got {target!r}")
-    if target == "opencl" and board:
+    named = TARGETS.get(target or "host")
+    if named is None:
+        raise UsageError(f"--target must be {' or '.join(TARGETS)} (or use --board), got {target!r}")
+    if named.selects_device and board:
         raise UsageError("--target opencl tunes on an OpenCL device (--device); --board is for microcontrollers")
-    if device is not None and target != "opencl":
+    if device is not None and not named.selects_device:
         raise UsageError("--device is for --target opencl")
     if jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {jobs}")
@@ -231,13 +226,10 @@ def tune(
         )
     check_log_path(log)  # before the model is prepared: a directory is one clear error, at once
     t_start = time.perf_counter()
-    board_def = load_board(board, board_dir) if board else None
-    if board_def is not None and board_def.get("kind") == "host":
-        board_def = None
+    board_def = load_mcu_board(board, board_dir)
     if cluster is not None and board_def is None:
         raise UsageError(f"--cluster measures on microcontroller boards held by farm workers; '{board}' is the host")
-    target = board_target(board_def) if board_def else (target or "host")
-    board_name = board_def["name"] if board_def else target
+    tgt = target_for(board_def, target or "host")
     graph, _ = prepare(
         model,
         input_shapes,
@@ -250,183 +242,255 @@ def tune(
         progress=bool(progress),
         io_dtype=io_dtype,
     )
-    defaults = default_schedules(graph, target)
-    arena = plan_graph_memory(graph, defaults).arena_bytes
+    defaults = default_schedules(graph, tgt.schedule_target)
+    arena = plan_graph_memory(graph, defaults, tgt.schedule_target).arena_bytes
     room = ram_room(graph, board_def, ram_budget, arena)
     if room is not None and arena > room:
         raise UsageError(f"the model's arena ({arena:,} B with default schedules) exceeds the RAM budget ({room:,} B)")
-    tasks = extract_tasks(graph, target, defaults, arena, room)
+    tasks = extract_tasks(graph, tgt.schedule_target, defaults, arena, room)
     if not tasks:
         raise UsageError(f"model '{graph.name}' has no tunable layers")
     env = run_graph(graph, _sample_input(graph, calib, seed), keep_all=True)
-    tlog = TuningLog(log)
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="tinyc-tune-"))
     options: dict[str, Any] = {"port": port, "run_timeout": run_timeout, "device": device}
     if repeat is not None:
         options["repeat"] = repeat
-    measurer = make_measurer(board_def, target, work, **options)
-    if target == "opencl":  # the log keys OpenCL records by device: "opencl:<device name>"
-        board_name = measurer.board["name"]
-    bfeat = board_features(board_def, target, board_name)
-    nodes = {n.name: n for n in graph.nodes}
-    for t in tasks:  # a log is outside input: records whose knobs the op does not offer are skipped
-        drop_unoffered_records(tlog, board_name, t.key, nodes[t.nodes[0]], graph, target)
-    rng = np.random.default_rng(seed)
-    model_ = CostModel(seed=seed)
-    by_key = {t.key: t for t in tasks}
+    measurer = measurer_for(tgt, work, **options)
     executor = _make_executor(
-        measurer, board_def, target, work, jobs, cluster, retries, cluster_timeout, repeat, run_timeout
+        measurer, board_def, tgt.schedule_target, work, jobs, cluster, retries, cluster_timeout, repeat, run_timeout
     )
-    result = TuneResult(board_name, target, measurer.units, Path(log), [], 0, executor=executor.description)
-    show = sys.stderr.isatty() if progress is None else progress
-    bar = tqdm(total=trials, desc=f"tuning on {board_name}", unit="cand", disable=not show, leave=True)
-    in_flight: dict[str, set[str]] = {}  # task key -> knobs ids of candidates submitted, not yet recorded
-    lost_now: dict[str, set[str]] = {}  # task key -> knobs ids lost (after their retries) in this run
-    pending_trials = 0  # counted candidates in flight
-    n_jobs = 0
+    session = TuningSession(
+        graph, tgt, tasks, env, TuningLog(log), measurer, executor, Path(log), trials, progress, seed, epsilon
+    )
+    try:
+        session.measure_baseline(batch_size)
+        session.search(trials, batch_size, search)
+    finally:
+        session.close()
+    return session.finish(t_start)
 
-    def best_of(task: Task) -> float | None:
-        rec = tlog.best(board_name, task.key)
+
+class TuningSession:
+    """One tuning run's state: the prepared graph and its tasks, the golden values, the log (its
+    only writer), the measurer and executor, and what is in flight. Batches go to the executor
+    (`submit`); what comes back is recorded as it arrives (`settle`); `propose` fills the next
+    batch from the cost model, never with a candidate the log holds or a batch in flight carries."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        target: Target,
+        tasks: list[Task],
+        env: Mapping[str, np.ndarray],
+        tlog: Any,
+        measurer: Any,
+        executor: Any,
+        log_path: Path,
+        trials: int,
+        progress: bool | None,
+        seed: int,
+        epsilon: float,
+    ) -> None:
+        import sys
+
+        from tqdm import tqdm
+
+        from tinyc.tune.cost_model import CostModel
+        from tinyc.tune.tasks import drop_unoffered_records
+
+        self.graph, self.target, self.tasks, self.env, self.tlog = graph, target, tasks, env, tlog
+        self.measurer, self.executor, self.epsilon = measurer, executor, epsilon
+        # the log keys OpenCL records by device ("opencl:<device name>"), board records by board
+        self.board_name = measurer.board["name"] if target.selects_device else target.name
+        self.features = board_features(target.board, target.schedule_target, self.board_name)
+        nodes = {n.name: n for n in graph.nodes}
+        for t in tasks:  # a log is outside input: records whose knobs the op does not offer are skipped
+            drop_unoffered_records(tlog, self.board_name, t.key, nodes[t.nodes[0]], graph, target.schedule_target)
+        self.rng = np.random.default_rng(seed)
+        self.cost_model = CostModel(seed=seed)
+        self.by_key = {t.key: t for t in tasks}
+        self.result = TuneResult(
+            self.board_name, target.schedule_target, measurer.units, log_path, [], 0, executor=executor.description
+        )
+        show = sys.stderr.isatty() if progress is None else progress
+        self.bar = tqdm(total=trials, desc=f"tuning on {self.board_name}", unit="cand", disable=not show, leave=True)
+        self.in_flight: dict[str, set[str]] = {}  # task key -> knobs ids of candidates submitted, not yet recorded
+        self.lost_now: dict[str, set[str]] = {}  # task key -> knobs ids lost (after their retries) in this run
+        self.pending_trials = 0  # counted candidates in flight
+        self.n_jobs = 0
+        # filled by measure_baseline: trials spread over tasks, and what each task has used
+        self.weights: dict[str, float] = {}
+        self.budget: dict[str, int] = {}
+        self.done: dict[str, int] = {}
+        self.spaces: dict[str, list[dict[str, Any]]] = {}
+        self.fitted_on = -1
+
+    # ---------------------------------------------------------------- what the log says
+
+    def best_of(self, task: Task) -> float | None:
+        rec = self.tlog.best(self.board_name, task.key)
         return float(rec["cycles"]) if rec else None
 
-    def default_of(task: Task) -> float | None:
+    def default_of(self, task: Task) -> float | None:
+        from tinyc.tune.log import knobs_id
+
         want = knobs_id(task.default)
         oks = [
             r
-            for r in tlog.records(board_name, task.key)
+            for r in self.tlog.records(self.board_name, task.key)
             if r["status"] == "ok" and knobs_id({k: v for k, v in r["knobs"].items() if not k.startswith("_")}) == want
         ]
         return float(oks[-1]["cycles"]) if oks else None
 
-    def total_best() -> float:
-        return sum((best_of(t) or default_of(t) or 0.0) * t.count for t in tasks)
+    def total_best(self) -> float:
+        return sum((self.best_of(t) or self.default_of(t) or 0.0) * t.count for t in self.tasks)
 
-    def record(m: Any, where: str = "") -> None:
-        task = by_key[m.candidate.task_key]
+    # ---------------------------------------------------------------- recording
+
+    def record(self, m: Any, where: str = "") -> None:
+        from tinyc.tune.log import knobs_id
+
+        task = self.by_key[m.candidate.task_key]
         knobs = dict(m.candidate.knobs)
         rec = {
-            "board": board_name,
-            "target": target,
+            "board": self.board_name,
+            "target": self.target.schedule_target,
             "key": task.key,
             "op": task.op,
             "knobs": knobs,
             "cycles": m.cycles,
             "status": m.status,
-            "units": measurer.units,
+            "units": self.measurer.units,
             "repeats": m.repeats,
             "detail": m.detail,
             "scratch_bytes": task.scratch.get(knobs_id(knobs), 0),
             "task": task.info,
-            "board_info": bfeat,
-            "model": graph.name,
+            "board_info": self.features,
+            "model": self.graph.name,
         }
         if where:
             rec["measured_on"] = where
-        tlog.append(rec)
+        self.tlog.append(rec)
         if m.status != "ok":
-            result.failures[m.status] = result.failures.get(m.status, 0) + 1
+            self.result.failures[m.status] = self.result.failures.get(m.status, 0) + 1
 
-    def submit(cands: list[Candidate], counted: bool) -> None:
+    def _tick(self, counted: bool) -> None:
+        best = self.total_best()
+        if counted:  # (round 0's partial totals, defaults still missing, are not history)
+            self.result.trials += 1
+            self.bar.update(1)
+            self.result.history.append((self.result.trials, best))
+        self.bar.set_postfix_str(f"best {best:,.0f} {self.measurer.units}")
+
+    def _record_failure(self, c: Candidate, status: str, detail: str, counted: bool, where: str = "") -> None:
+        from tinyc.tune.measure import Measurement
+
+        self.record(Measurement(c, status, detail=detail), where)
+        self._tick(counted)
+
+    # ---------------------------------------------------------------- batches in and out
+
+    def submit(self, cands: list[Candidate], counted: bool) -> None:
         """Log the candidates the op refuses as build errors; hand the rest, as one batch, to the
         executor (settle() records it when it is done)."""
-        nonlocal pending_trials, n_jobs
+        from tinyc.tune.log import knobs_id
+
         ok: list[Candidate] = []
         for c in cands:
-            why = candidate_is_buildable(graph, c.node, c.knobs)
+            why = candidate_is_buildable(self.graph, c.node, c.knobs, self.target.schedule_target)
             if why:
-                record(_failed(c, "build_error", why))
-                _tick(counted)
+                self._record_failure(c, "build_error", why, counted)
             else:
                 ok.append(c)
         if not ok:
             return
-        batch = build_batch_graph(graph, ok, env)
+        batch = build_batch_graph(self.graph, ok, self.env)
         for c in ok:
-            in_flight.setdefault(c.task_key, set()).add(knobs_id(c.knobs))
+            self.in_flight.setdefault(c.task_key, set()).add(knobs_id(c.knobs))
         if counted:
-            pending_trials += len(ok)
-        executor.submit(Job(batch, f"batch{n_jobs:04d}", counted))
-        n_jobs += 1
+            self.pending_trials += len(ok)
+        self.executor.submit(Job(batch, f"batch{self.n_jobs:04d}", counted))
+        self.n_jobs += 1
 
-    def release(job: Job, c: Candidate) -> None:
+    def release(self, job: Job, c: Candidate) -> None:
         """`c` of `job` is recorded (or handed on to a smaller batch): no longer in flight."""
-        nonlocal pending_trials
-        in_flight.get(c.task_key, set()).discard(knobs_id(c.knobs))
-        if job.counted:
-            pending_trials -= 1
+        from tinyc.tune.log import knobs_id
 
-    def settle(out: Any) -> None:
+        self.in_flight.get(c.task_key, set()).discard(knobs_id(c.knobs))
+        if job.counted:
+            self.pending_trials -= 1
+
+    def settle(self, out: Any) -> None:
         """Record what the executor finished: one measurement as soon as it exists (this machine's
         executor streams them), or a whole batch — its measurements not yet recorded; or, when it
         did not build, its halves are submitted (until the failing candidate is alone); or, when
         its worker was lost too often, every candidate as "lost" (measured again by a later run)."""
+        from tinyc.tune.log import knobs_id
+
         job = out.job
         if out.kind == "partial":
             ident = (out.measurement.candidate.task_key, knobs_id(out.measurement.candidate.knobs))
             if ident not in job.recorded:
                 job.recorded.add(ident)
-                record(out.measurement)
-                release(job, out.measurement.candidate)
-                _tick(job.counted)
+                self.record(out.measurement)
+                self.release(job, out.measurement.candidate)
+                self._tick(job.counted)
             return
         left = [c for c in job.batch.candidates if (c.task_key, knobs_id(c.knobs)) not in job.recorded]
         if out.kind == "build_error":
             for c in left:
-                release(job, c)
+                self.release(job, c)
             if len(left) == 1:
-                record(_failed(left[0], "build_error", out.message.splitlines()[0][:300]))
-                _tick(job.counted)
+                self._record_failure(left[0], "build_error", out.message.splitlines()[0][:300], job.counted)
                 return
             half = len(left) // 2
-            submit([Candidate(c.task_key, c.node, c.knobs) for c in left[:half]], job.counted)
-            submit([Candidate(c.task_key, c.node, c.knobs) for c in left[half:]], job.counted)
+            self.submit([Candidate(c.task_key, c.node, c.knobs) for c in left[:half]], job.counted)
+            self.submit([Candidate(c.task_key, c.node, c.knobs) for c in left[half:]], job.counted)
             return
         if out.kind == "lost":  # not the candidates' fault: "lost", measured again by a later run
             for c in left:
-                record(_failed(c, "lost", out.message))
-                lost_now.setdefault(c.task_key, set()).add(knobs_id(c.knobs))
-                release(job, c)
-                _tick(job.counted)
+                from tinyc.tune.measure import Measurement
+
+                self.record(Measurement(c, "lost", detail=out.message))
+                self.lost_now.setdefault(c.task_key, set()).add(knobs_id(c.knobs))
+                self.release(job, c)
+                self._tick(job.counted)
             return
         measured = out.measured
-        result.measure_s += measured.measure_s
-        result.build_s += measured.build_s
+        self.result.measure_s += measured.measure_s
+        self.result.build_s += measured.build_s
         for m in measured.measurements:
             ident = (m.candidate.task_key, knobs_id(m.candidate.knobs))
             if ident in job.recorded:
                 continue
             job.recorded.add(ident)
-            record(m, measured.where)
-            release(job, m.candidate)
-            _tick(job.counted)
+            self.record(m, measured.where)
+            self.release(job, m.candidate)
+            self._tick(job.counted)
         for c in left:  # a measurer that dropped a candidate must not lose it silently
             if (c.task_key, knobs_id(c.knobs)) not in job.recorded:
                 job.recorded.add((c.task_key, knobs_id(c.knobs)))
-                record(_failed(c, "crash", "no measurement came back for it"), measured.where)
-                release(job, c)
-                _tick(job.counted)
+                self.release(job, c)
+                self._record_failure(c, "crash", "no measurement came back for it", job.counted, measured.where)
 
-    def _tick(counted: bool) -> None:
-        best = total_best()
-        if counted:  # (round 0's partial totals, defaults still missing, are not history)
-            result.trials += 1
-            bar.update(1)
-            result.history.append((result.trials, best))
-        bar.set_postfix_str(f"best {best:,.0f} {measurer.units}")
+    def drain(self) -> None:
+        """Wait for and record every batch in flight."""
+        while self.executor.in_flight:
+            self.settle(self.executor.wait())
 
-    def _failed(c: Candidate, status: str, detail: str) -> Any:
-        from tinyc.tune.measure import Measurement
+    # ---------------------------------------------------------------- the rounds
 
-        return Measurement(c, status, detail=detail)
+    def measure_baseline(self, batch_size: int) -> None:
+        """Round 0: the defaults (the baseline; not counted against --trials), and the candidates
+        an earlier run lost with their batch (its board or farm worker gone): what it still owes.
+        Their counts weight the tasks' shares of the trials."""
+        from tinyc.tune.log import knobs_id
 
-    try:
-        # round 0: the defaults (the baseline; not counted against --trials), and the candidates an
-        # earlier run lost with their batch (its board or farm worker gone): what it still owes
         first: list[Candidate] = []
-        for t in tasks:
-            done_ids = tlog.measured(board_name, t.key)
+        for t in self.tasks:
+            done_ids = self.tlog.measured(self.board_name, t.key)
             in_space = {knobs_id(c) for c in t.space}
-            owed = [dict(t.default)] + [k for k in tlog.lost(board_name, t.key) if knobs_id(k) in in_space]
+            owed = [dict(t.default)] + [k for k in self.tlog.lost(self.board_name, t.key) if knobs_id(k) in in_space]
             seen: set[str] = set()
             for knobs in owed:
                 ident = knobs_id(knobs)
@@ -434,93 +498,118 @@ def tune(
                     seen.add(ident)
                     first.append(Candidate(t.key, t.nodes[0], knobs))
         for i in range(0, len(first), batch_size):
-            submit(first[i : i + batch_size], counted=False)
-        while executor.in_flight:
-            settle(executor.wait())
-        result.history.append((0, total_best()))
-        weights = {t.key: (default_of(t) or 1.0) * t.count for t in tasks}
-        measured_now = {t.key: len(tlog.measured(board_name, t.key)) for t in tasks}
-        budget = allocate(
-            weights, trials, minimum=1, measured=measured_now, space_sizes={t.key: len(t.space) for t in tasks}
+            self.submit(first[i : i + batch_size], counted=False)
+        self.drain()
+        self.result.history.append((0, self.total_best()))
+
+    def search(self, trials: int, batch_size: int, search: str) -> None:
+        """Later rounds: keep the executor full with proposed batches until `trials` new
+        measurements are recorded (or every space is exhausted)."""
+        from tinyc.tune.task_scheduler import allocate
+
+        self.weights = {t.key: (self.default_of(t) or 1.0) * t.count for t in self.tasks}
+        measured_now = {t.key: len(self.tlog.measured(self.board_name, t.key)) for t in self.tasks}
+        self.budget = allocate(
+            self.weights,
+            trials,
+            minimum=1,
+            measured=measured_now,
+            space_sizes={t.key: len(t.space) for t in self.tasks},
         )
-        done = {k: 0 for k in budget}
-        spaces: dict[str, list[dict[str, Any]]] = {}
-        fitted_on = -1
-
-        def propose() -> list[Candidate]:
-            """One batch of new candidates: tasks by unfilled budget, the cost model's picks (or
-            random ones), none the log holds or a batch in flight carries."""
-            nonlocal fitted_on
-            if search == "model" and len(tlog) != fitted_on:
-                _refit(model_, tlog)
-                fitted_on = len(tlog)
-            batch: list[Candidate] = []
-            taken: dict[str, set[str]] = {}
-            while len(batch) < batch_size:
-                key = next_task(weights, done, budget)
-                if key is None:
-                    break
-                task = by_key[key]
-                exclude = (
-                    tlog.measured(board_name, key)
-                    | in_flight.get(key, set())
-                    | lost_now.get(key, set())
-                    | taken.setdefault(key, set())
-                )
-                # several per task and call, so the epsilon-greedy share is at least one candidate
-                want = min(budget[key] - done[key], batch_size - len(batch), max(4, batch_size // 2))
-                space = spaces.setdefault(
-                    key, [{**c, "_scratch_bytes": task.scratch.get(knobs_id(c), 0)} for c in task.space]
-                )
-                if search == "random" or not model_.trained:
-                    from tinyc.tune.search import random_proposals
-
-                    props = random_proposals(space, exclude, want, rng)
-                else:
-                    from tinyc.tune.search import model_proposals
-
-                    props = model_proposals(space, exclude, want, model_, dict(task.info), bfeat, rng, epsilon=epsilon)
-                props = [{k: v for k, v in p.items() if not k.startswith("_")} for p in props]
-                if not props:
-                    budget[key] = done[key]  # space exhausted
-                    continue
-                for p in props:
-                    taken[key].add(knobs_id(p))
-                    batch.append(Candidate(key, task.nodes[0], dict(p)))
-                done[key] += len(props)
-            return batch
-
+        self.done = {k: 0 for k in self.budget}
         while True:
-            while executor.in_flight < executor.capacity and result.trials + pending_trials < trials:
-                batch = propose()
+            while (
+                self.executor.in_flight < self.executor.capacity and self.result.trials + self.pending_trials < trials
+            ):
+                batch = self.propose(batch_size, search)
                 if not batch:
                     break
-                submit(batch, counted=True)
-            if not executor.in_flight:
+                self.submit(batch, counted=True)
+            if not self.executor.in_flight:
                 break
-            settle(executor.wait())
-    finally:
-        bar.close()
-        executor.close()
-    for t in tasks:
-        best = tlog.best(board_name, t.key)
-        result.tasks.append(
-            TaskResult(
-                t.key,
-                t.op,
-                list(t.sources),
-                int(t.info["macs"]),
-                default_of(t),
-                float(best["cycles"]) if best else None,
-                dict(best["knobs"]) if best else None,
-                len(tlog.measured(board_name, t.key)),
-                len(t.space),
+            self.settle(self.executor.wait())
+
+    def propose(self, batch_size: int, search: str) -> list[Candidate]:
+        """One batch of new candidates: tasks by unfilled budget, the cost model's picks (or
+        random ones), none the log holds or a batch in flight carries."""
+        from tinyc.tune.log import knobs_id
+        from tinyc.tune.task_scheduler import next_task
+
+        if search == "model" and len(self.tlog) != self.fitted_on:
+            _refit(self.cost_model, self.tlog)
+            self.fitted_on = len(self.tlog)
+        batch: list[Candidate] = []
+        taken: dict[str, set[str]] = {}
+        budget, done = self.budget, self.done
+        while len(batch) < batch_size:
+            key = next_task(self.weights, done, budget)
+            if key is None:
+                break
+            task = self.by_key[key]
+            exclude = (
+                self.tlog.measured(self.board_name, key)
+                | self.in_flight.get(key, set())
+                | self.lost_now.get(key, set())
+                | taken.setdefault(key, set())
             )
-        )
-    result.builds = executor.builds
-    result.retried = executor.retried
-    result.wall_s = time.perf_counter() - t_start
-    return result
+            # several per task and call, so the epsilon-greedy share is at least one candidate
+            want = min(budget[key] - done[key], batch_size - len(batch), max(4, batch_size // 2))
+            space = self.spaces.setdefault(
+                key, [{**c, "_scratch_bytes": task.scratch.get(knobs_id(c), 0)} for c in task.space]
+            )
+            if search == "random" or not self.cost_model.trained:
+                from tinyc.tune.search import random_proposals
+
+                props = random_proposals(space, exclude, want, self.rng)
+            else:
+                from tinyc.tune.search import model_proposals
+
+                props = model_proposals(
+                    space,
+                    exclude,
+                    want,
+                    self.cost_model,
+                    dict(task.info),
+                    self.features,
+                    self.rng,
+                    epsilon=self.epsilon,
+                )
+            props = [{k: v for k, v in p.items() if not k.startswith("_")} for p in props]
+            if not props:
+                budget[key] = done[key]  # space exhausted
+                continue
+            for p in props:
+                taken[key].add(knobs_id(p))
+                batch.append(Candidate(key, task.nodes[0], dict(p)))
+            done[key] += len(props)
+        return batch
+
+    def close(self) -> None:
+        self.bar.close()
+        self.executor.close()
+
+    def finish(self, t_start: float) -> TuneResult:
+        """The result: per task its default and best counts from the log, and the run's totals."""
+        result = self.result
+        for t in self.tasks:
+            best = self.tlog.best(self.board_name, t.key)
+            result.tasks.append(
+                TaskResult(
+                    t.key,
+                    t.op,
+                    list(t.sources),
+                    int(t.info["macs"]),
+                    self.default_of(t),
+                    float(best["cycles"]) if best else None,
+                    dict(best["knobs"]) if best else None,
+                    len(self.tlog.measured(self.board_name, t.key)),
+                    len(t.space),
+                )
+            )
+        result.builds = self.executor.builds
+        result.retried = self.executor.retried
+        result.wall_s = time.perf_counter() - t_start
+        return result
 
 
 def _make_executor(
@@ -539,8 +628,9 @@ def _make_executor(
     board, `jobs` boards (QEMU processes); one measuring slot for a real board (one port), the
     host and an OpenCL device, whose builds never overlap their measurements (the timings of the
     host and a device on it need a quiet machine)."""
-    from tinyc import __version__
-    from tinyc.tune.executor import DaskExecutor, LocalExecutor, MeasureSpec
+    from tinyc.version import __version__
+    from tinyc.tune.executor import DaskExecutor, LocalExecutor
+    from tinyc.tune.steps import MeasureSpec
 
     if cluster is not None:
         assert board_def is not None

@@ -14,8 +14,7 @@ import numpy as np
 
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, QuantParams, Tensor
-
-INT8_MIN, INT8_MAX = -128, 127
+from tinyc.numerics.fixed_point import quantize
 
 
 def per_tensor(scale: float, zero_point: int) -> QuantParams:
@@ -51,8 +50,6 @@ def add_qconstant(graph: Graph, base: str, q: np.ndarray, scale: float, zero_poi
 
 def quantize_constant(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
     """Float constant -> int8 with the given parameters (ONNX QuantizeLinear rounding)."""
-    from tinyc.quantize.arith import quantize
-
     return np.asarray(quantize(np.asarray(x, np.float32), np.float32(scale), zero_point), dtype=np.int8)
 
 

@@ -1,10 +1,14 @@
-"""Readable text dump of a graph (what `tinyc inspect` prints)."""
+"""Readable text dump of a graph (what `tinyc inspect` prints).
+
+It lives with the ops, not the IR, because each line reports what the layer's op says about it
+(parameters, MACs): the IR knows tensors and nodes, not what an op costs."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from tinyc.ir.graph import Graph
+from tinyc.ops.base import get_op
 
 
 def _fmt_attr(v: Any) -> str:
@@ -19,8 +23,7 @@ def _fmt_attr(v: Any) -> str:
 
 
 def layer_stats(graph: Graph) -> list[dict[str, Any]]:
-    from tinyc.ops import get_op
-
+    """One row per node: its names, shapes, attributes and its op's parameter and MAC counts."""
     rows = []
     for node in graph.nodes:
         opdef = get_op(node.op)
@@ -42,6 +45,7 @@ def layer_stats(graph: Graph) -> list[dict[str, Any]]:
 
 
 def dump_graph(graph: Graph) -> str:
+    """The graph's inputs, outputs and a table of its layers, with totals."""
     rows = layer_stats(graph)
     lines = [f"graph '{graph.name}'"]
     for name in graph.inputs:

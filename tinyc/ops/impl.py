@@ -1,0 +1,91 @@
+"""Registered implementations: the variants of one op, each with what it needs and what it costs.
+
+An op with several kernels (a baseline, register tiles, DSP / MVE micro-kernels, depthwise rows,
+an OpenCL work-item grid, ...) lists them in ``OpDef.implementations``. Each names its template,
+says when it applies (shapes, dtypes, declared numeric facts such as "the weights fit 16-bit
+products", and the ISA of the schedule target), which knobs it reads, how much scratch memory it
+needs and how much a default should prefer it. The op's schedule then only *selects* one (its
+``variant`` knob, and for the SIMD forms the ``mac`` knob); each op's ``implementation`` method
+finds it (``by_name``) in the schedule completed with the target's default, and the op sizes the
+scratch and fills the template from that same choice, so variant choice and scratch sizing cannot
+disagree (CMSIS-NN pairs each kernel with its buffer size the same way; TVM registers
+implementations with a priority).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tinyc.errors import UnsupportedError
+from tinyc.ir.isa import Isa
+
+if TYPE_CHECKING:
+    from tinyc.ir import Graph, Node
+
+Schedule = dict[str, Any]
+#: (node, graph) -> whether the implementation can compute this node exactly.
+Predicate = Callable[["Node", "Graph"], bool]
+#: (node, graph, complete schedule) -> extra arena bytes while the kernel runs.
+ScratchFn = Callable[["Node", "Graph", Schedule], int]
+
+
+def always(node: Node, graph: Graph) -> bool:
+    """The predicate of an implementation that computes every node its op accepts."""
+    return True
+
+
+def no_scratch(node: Node, graph: Graph, schedule: Schedule) -> int:
+    """The scratch size of an implementation that needs none."""
+    return 0
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """One kernel variant of an op.
+
+    `name` is the value of the op's selecting knob (``variant``; the SIMD forms are named by
+    ``mac``), `template` its file under ``templates/kernels``. `applies` holds for the nodes it
+    computes exactly (shapes, dtypes, numeric facts); `needs` is the ISA feature its code needs
+    (an extension such as "dsp", the family "opencl", or None for portable C), checked with
+    ``Isa.has``. `knobs` are the schedule knobs it reads (the others are moot for it), `scratch`
+    its scratch size. Of the implementations that apply to a node on a target, the default is the
+    one with the highest `priority` (ties: the first listed). `selected_by`: the knob whose value
+    is `name` ("variant"; "mac" for the SIMD micro-kernels, which run inside a tiled variant)."""
+
+    name: str
+    template: str
+    applies: Predicate = always
+    needs: str | None = None
+    knobs: tuple[str, ...] = ()
+    scratch: ScratchFn = no_scratch
+    priority: int | Callable[[Node, Graph], int] = 0
+    selected_by: str = "variant"
+
+    def rank(self, node: Node, graph: Graph) -> int:
+        """The default preference for this node (a shape may change it: `priority` as a function)."""
+        return self.priority(node, graph) if callable(self.priority) else self.priority
+
+    def runs_on(self, target: str) -> bool:
+        """Whether the schedule target's ISA has what this implementation's code needs."""
+        return Isa.parse(target).has(self.needs)
+
+
+def applicable(
+    impls: Sequence[Implementation], node: Node, graph: Graph, target: str | None = None, knob: str = "variant"
+) -> list[Implementation]:
+    """The implementations selected by `knob` that compute `node`, best default first; with a
+    `target`, only those its ISA can run (without: every target's, as a knob space lists them)."""
+    ok = [
+        i for i in impls if i.selected_by == knob and i.applies(node, graph) and (target is None or i.runs_on(target))
+    ]
+    return sorted(ok, key=lambda i: -i.rank(node, graph))
+
+
+def by_name(impls: Sequence[Implementation], name: str, where: str) -> Implementation:
+    """The implementation called `name` (a schedule's variant), or a clear error naming the node."""
+    for impl in impls:
+        if impl.name == name:
+            return impl
+    raise UnsupportedError(f"{where}: no implementation '{name}' (implementations: {', '.join(i.name for i in impls)})")
