@@ -1,5 +1,5 @@
 /*
- * tinyc int8 integer arithmetic (docs/quantization.md), the C twin of tinyc/quantize/arith.py.
+ * tinyc int8 integer arithmetic (docs/quantization.md), the C twin of tinyc/numerics/fixed_point.py.
  *
  * Every function here must equal its numpy counterpart bit for bit (tests/test_quant_arith.py).
  * The steps are gemmlowp's / TFLite's / CMSIS-NN's, so results compare with those libraries.
