@@ -43,6 +43,12 @@ def load_inputs(inputs: Any, what: str = "input file") -> Mapping[str, Any]:
     )
 
 
+def refuse_device(device: str | None) -> None:
+    """Only an OpenCL folder runs on a chosen device: a `device` for any other folder is an error."""
+    if device is not None:
+        raise UsageError("--device is for folders compiled with --target opencl")
+
+
 class Target(ABC):
     """One kind of output folder: host library, OpenCL program, firmware project or firmware library."""
 
@@ -81,8 +87,7 @@ class Target(ABC):
         """Outputs of the compiled model for `inputs` (see `tinyc.api.run`)."""
         from tinyc.targets import host
 
-        if device is not None:
-            raise UsageError("--device is for folders compiled with --target opencl")
+        refuse_device(device)
         return host.run_batch(out, load_inputs(inputs))
 
     def device_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -108,8 +113,7 @@ class Target(ABC):
         """Per-layer counts on the board (see `tinyc.api.profile`)."""
         from tinyc.device.runner import profile_on_device
 
-        if device is not None:
-            raise UsageError("--device is for folders compiled with --target opencl")
+        refuse_device(device)
         feeds = load_inputs(inputs) if inputs is not None else None
         return profile_on_device(out, feeds, port=port, **self.device_options(options))
 

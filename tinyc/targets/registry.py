@@ -13,7 +13,7 @@ import numpy as np
 from tinyc.errors import UsageError
 from tinyc.ir import Graph
 from tinyc.ir.isa import Isa
-from tinyc.targets.base import Target, load_inputs
+from tinyc.targets.base import Target, load_inputs, refuse_device
 
 #: --format with --board: a firmware project (the serial harness as main) or a library for your firmware
 FORMATS = ("project", "library")
@@ -118,8 +118,7 @@ class BoardTarget(_BoardBased):
         return build_board_project(out, force=force)
 
     def run(self, out: Path, inputs: Any, port: str | None = None, device: str | None = None) -> dict[str, np.ndarray]:
-        if device is not None:
-            raise UsageError("--device is for folders compiled with --target opencl")
+        refuse_device(device)
         outputs: dict[str, np.ndarray] = self.run_on_board(out, inputs, port=port).outputs
         return outputs
 
@@ -146,8 +145,7 @@ class LibraryTarget(_BoardBased):
         return {"library": str(build_library(out, force=force))}
 
     def run(self, out: Path, inputs: Any, port: str | None = None, device: str | None = None) -> dict[str, np.ndarray]:
-        if device is not None:
-            raise UsageError("--device is for folders compiled with --target opencl")
+        refuse_device(device)
         raise UsageError(
             f"{out} is a library for your own firmware build (--format library); it has no "
             "runner: compile with --format project to run it on the board"
