@@ -235,3 +235,20 @@ def test_cli_quantize_exports_qdq_and_writes_report(tmp_path):
     # and tinyc runs the exported model as given
     res = tinyc.compile(tmp_path / "d_int8.onnx", tmp_path / "c", build=True)
     assert res.report["quantization"]["mode"] == "qdq"
+
+
+def test_quantization_report_bytes_are_the_compiled_reports(tmp_path):
+    """The quantization report counts weights and arena from the graph and the memory plan, without
+    rendering C: its numbers must stay those report.json gives for the same graphs on the host."""
+    import copy
+
+    from tinyc.api import prepare
+    from tinyc.quantize.report import compare_float_int8
+
+    x_train = _digits()[0]
+    np.savez(tmp_path / "calib.npz", input=x_train[:50])
+    _, quant = prepare(DIGITS, quantize="int8", calib=tmp_path / "calib.npz", progress=False)
+    cmp = compare_float_int8(quant, lambda i: {"input": x_train[i : i + 1]}, 1, progress=False)
+    for k, graph in enumerate((quant.float_graph, quant.graph)):
+        report = tinyc.compile(copy.deepcopy(graph), tmp_path / f"g{k}").report
+        assert (cmp.weights_bytes[k], cmp.arena_bytes[k]) == (report["weights_bytes"], report["arena_bytes"])
