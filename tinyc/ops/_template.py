@@ -138,8 +138,9 @@ class TemplateOp(OpDef):  # @register (from tinyc.ops.base) on a real op
         return {}
 
     def knob_isa(self, knob: str, value: Any) -> str | None:
-        """The ISA extension ("dsp", "mve", "opencl") a knob value's code needs; None: portable."""
-        return None
+        """The ISA extension ("dsp", "mve", "opencl") a knob value's code needs; None: portable.
+        The default reads it from the implementation the value selects (`implementations`)."""
+        return super().knob_isa(knob, value)
 
     def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         """The schedule without the knobs its variant ignores (a tuner never measures twice)."""

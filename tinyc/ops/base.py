@@ -231,8 +231,11 @@ class OpDef:
     def knob_isa(self, knob: str, value: Any) -> str | None:
         """The ISA extension ("dsp", "mve") a knob value's code needs, None when portable. The
         kernels stay exact everywhere (off-target the intrinsics are emulated in C), but defaults
-        and search spaces only pick what the target's core has (tinyc.schedule.knob_allowed)."""
-        return None
+        and search spaces only pick what the target's core has (tinyc.schedule.knob_allowed).
+        Default: a value that selects a registered implementation needs what that declares."""
+        from tinyc.ops.impl import selected_need
+
+        return selected_need(self.implementations, knob, value)
 
     def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         """The schedule with knobs its variant ignores removed, so a tuner never measures the same

@@ -189,17 +189,12 @@ def grid_knobs() -> dict[str, list[Any]]:
 
 
 def grid_knob_target(knob: str, value: Any, grid_only: tuple[tuple[str, Any], ...] = ()) -> str | None:
-    """ "opencl" for the knob values only the OpenCL target runs (``OpDef.knob_isa``): the "grid"
-    variant, vectors and local memory. They render as valid C too (serial loops, lane loops, no
+    """ "opencl" for the knob values besides the variant only the OpenCL target runs
+    (``OpDef.knob_isa``; the "grid" variant declares it, ``Implementation.needs``): vectors and local memory. They render as valid C too (serial loops, lane loops, no
     staging), but the C targets' own variants are faster there, so defaults and tuning spaces
     of other targets never offer them. `grid_only`: (knob, value) pairs of an op that only its
     grid variant reads beyond a first, neutral value (the matmuls' "columns_outer")."""
-    if (
-        (knob == "variant" and value == "grid")
-        or (knob == "vec" and value != 1)
-        or (knob == "local_mem" and value)
-        or (knob, value) in grid_only
-    ):
+    if (knob == "vec" and value != 1) or (knob == "local_mem" and value) or (knob, value) in grid_only:
         return "opencl"
     return None
 
@@ -494,7 +489,7 @@ class Conv(OpDef):
         }
 
     def knob_isa(self, knob: str, value: Any) -> str | None:
-        return grid_knob_target(knob, value)
+        return super().knob_isa(knob, value) or grid_knob_target(knob, value)
 
     def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         """ "grid" reads oc_tile, px_tile, vec, local_mem, loop_order; the C variants oc_tile,

@@ -143,7 +143,7 @@ class Gemm(OpDef):
         }
 
     def knob_isa(self, knob: str, value: Any) -> str | None:
-        return grid_knob_target(knob, value, (("loop_order", "columns_outer"),))
+        return super().knob_isa(knob, value) or grid_knob_target(knob, value, (("loop_order", "columns_outer"),))
 
     def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         """ "grid" reads n_tile, m_tile, vec, local_mem, loop_order (``grid_canonical``); the C
@@ -372,7 +372,7 @@ class MatMul(OpDef):
         }
 
     def knob_isa(self, knob: str, value: Any) -> str | None:
-        return grid_knob_target(knob, value, (("loop_order", "columns_outer"),))
+        return super().knob_isa(knob, value) or grid_knob_target(knob, value, (("loop_order", "columns_outer"),))
 
     def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         """ "serial" reads no knob (the empty schedule, as before the knobs existed)."""

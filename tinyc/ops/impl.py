@@ -83,6 +83,15 @@ def applicable(
     return sorted(ok, key=lambda i: -i.rank(node, graph))
 
 
+def selected_need(impls: Sequence[Implementation], knob: str, value: Any) -> str | None:
+    """What the code of the implementation that `knob` = `value` selects needs (its `needs`: an
+    ISA extension or family); None when it is portable or the value selects no implementation."""
+    for impl in impls:
+        if impl.selected_by == knob and impl.name == value:
+            return impl.needs
+    return None
+
+
 def by_name(impls: Sequence[Implementation], name: str, where: str) -> Implementation:
     """The implementation called `name` (a schedule's variant), or a clear error naming the node."""
     for impl in impls:

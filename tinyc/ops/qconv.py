@@ -41,7 +41,6 @@ from tinyc.ops.conv import (
     grid_canonical,
     grid_conv_context,
     grid_conv_default,
-    grid_knob_target,
     GRID_KNOBS,
     grid_knobs,
     resolve_pads,
@@ -497,11 +496,6 @@ class QConv(Conv):
             if dw:
                 sched["variant"] = "depthwise"
         return sched
-
-    def knob_isa(self, knob: str, value: Any) -> str | None:
-        if knob == "mac" and value in SIMD_FORMS:
-            return value
-        return grid_knob_target(knob, value)
 
     def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         """ "baseline" reads no knob; "grid" only oc_tile, px_tile, vec, local_mem and loop_order

@@ -281,9 +281,7 @@ class QMatMul(OpDef):
         }
 
     def knob_isa(self, knob: str, value: Any) -> str | None:
-        if knob == "mac" and value in SIMD_FORMS:
-            return value
-        return grid_knob_target(knob, value, (("loop_order", "columns_outer"),))
+        return super().knob_isa(knob, value) or grid_knob_target(knob, value, (("loop_order", "columns_outer"),))
 
     def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         """Only "dsp" stores pre-split weights: wide_weights is moot for the other forms. "grid"
