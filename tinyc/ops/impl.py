@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tinyc.errors import UnsupportedError
-from tinyc.ir.isa import Isa
 
 if TYPE_CHECKING:
     from tinyc.ir import Graph, Node
@@ -48,11 +47,13 @@ class Implementation:
     `name` is the value of the op's selecting knob (``variant``; the SIMD forms are named by
     ``mac``), `template` its file under ``templates/kernels``. `applies` holds for the nodes it
     computes exactly (shapes, dtypes, numeric facts); `needs` is the ISA feature its code needs
-    (an extension such as "dsp", the family "opencl", or None for portable C), checked with
-    ``Isa.has``. `knobs` are the schedule knobs it reads (the others are moot for it), `scratch`
-    its scratch size. Of the implementations that apply to a node on a target, the default is the
-    one with the highest `priority` (ties: the first listed). `selected_by`: the knob whose value
-    is `name` ("variant"; "mac" for the SIMD micro-kernels, which run inside a tiled variant)."""
+    (an extension such as "dsp", the family "opencl", or None for portable C): the op's
+    ``knob_isa`` reports it, so defaults and search spaces offer it only to targets whose ``Isa``
+    has it. `knobs` are the schedule knobs it reads (the others are moot for it; declared here,
+    while each op's ``canonical_schedule`` still applies its own rules), `scratch` its scratch
+    size. `priority` orders the selecting knob's values, best first (ties: the first listed); each
+    op's ``default_schedule`` then picks per target from shapes. `selected_by`: the knob whose
+    value is `name` ("variant"; "mac" for the SIMD micro-kernels, which run inside a tiled variant)."""
 
     name: str
     template: str
@@ -67,19 +68,14 @@ class Implementation:
         """The default preference for this node (a shape may change it: `priority` as a function)."""
         return self.priority(node, graph) if callable(self.priority) else self.priority
 
-    def runs_on(self, target: str) -> bool:
-        """Whether the schedule target's ISA has what this implementation's code needs."""
-        return Isa.parse(target).has(self.needs)
-
 
 def applicable(
-    impls: Sequence[Implementation], node: Node, graph: Graph, target: str | None = None, knob: str = "variant"
+    impls: Sequence[Implementation], node: Node, graph: Graph, knob: str = "variant"
 ) -> list[Implementation]:
-    """The implementations selected by `knob` that compute `node`, best default first; with a
-    `target`, only those its ISA can run (without: every target's, as a knob space lists them)."""
-    ok = [
-        i for i in impls if i.selected_by == knob and i.applies(node, graph) and (target is None or i.runs_on(target))
-    ]
+    """The implementations selected by `knob` that compute `node`, best default first: the order
+    of the knob's values in the op's knob space, for every target (``knob_isa`` and
+    ``tinyc.schedule.knob_allowed`` keep a target to the ones its ISA has)."""
+    ok = [i for i in impls if i.selected_by == knob and i.applies(node, graph)]
     return sorted(ok, key=lambda i: -i.rank(node, graph))
 
 
