@@ -251,6 +251,50 @@ TINYC_Q_INLINE int32_t tinyc_q_shift_zp(int32_t q, int32_t in_zp, int32_t out_zp
     return tinyc_q_clamp(q - in_zp + out_zp, qmin, qmax);
 }
 
+/* gemmlowp's reciprocal, as TFLite Micro's int8 Softmax computes it (tinyc/numerics/gemmlowp.py). */
+TINYC_Q_INLINE int32_t tinyc_q_clz32(uint32_t x)
+{
+    int32_t n = 0;
+    if (x == 0u) {
+        return 32;
+    }
+    while ((x & 0x80000000u) == 0u) {
+        x <<= 1;
+        ++n;
+    }
+    return n;
+}
+
+/* RoundingHalfSum: (a + b + sign(a + b)) / 2, truncating, in int64. */
+TINYC_Q_INLINE int32_t tinyc_q_rounding_half_sum(int32_t a, int32_t b)
+{
+    const int64_t s = (int64_t)a + (int64_t)b;
+    return (int32_t)((s + (s >= 0 ? 1 : -1)) / 2);
+}
+
+/* 1 / (1 + a) for a in [0, 1) (F0 raw in and out): three Newton-Raphson steps in F2.
+ * Every intermediate stays inside int32 for a in [0, 2^31). */
+TINYC_Q_INLINE int32_t tinyc_q_one_over_one_plus_x(int32_t a)
+{
+    const int32_t half_den = tinyc_q_rounding_half_sum(a, INT32_MAX);
+    int32_t x = 1515870810 + tinyc_q_srdhm(half_den, -1010580540);
+    int32_t i;
+    for (i = 0; i < 3; ++i) {
+        const int32_t one_minus = ((int32_t)1 << 29) - tinyc_q_srdhm(half_den, x);
+        x = x + tinyc_q_shl_sat(tinyc_q_srdhm(x, one_minus), 2);
+    }
+    return tinyc_q_shl_sat(x, 1);
+}
+
+/* TFLite GetReciprocal for x > 0 with `digits` integer bits: 1/x as an F0 raw in [0.5, 1) and,
+ * in *bits_over_unit, how many bits x's value lies above 1. */
+TINYC_Q_INLINE int32_t tinyc_q_reciprocal(int32_t x, int32_t digits, int32_t *bits_over_unit)
+{
+    const int32_t headroom_plus_one = tinyc_q_clz32((uint32_t)x);
+    *bits_over_unit = digits - headroom_plus_one;
+    return tinyc_q_one_over_one_plus_x((int32_t)(((uint32_t)x << headroom_plus_one) - 0x80000000u));
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -113,6 +113,11 @@ def avg_multipliers(s_in: float, s_out: float, counts: list[int], taps: int) -> 
     return mults, shifts, L
 
 
+def valid_taps(dims: dict[str, Any]) -> np.ndarray:
+    """In-bounds taps per output pixel [OH, OW] (what TFLite Micro divides by)."""
+    return avgpool_counts(dims, False)[1]
+
+
 def build_qavgpool(graph: Graph, name: str, x: str, out: str, pool_attrs: dict[str, Any], source: str = "") -> Node:
     """int8 AveragePool / GlobalAveragePool as "QAvgPool" (pool_attrs as the float Pool node's)."""
     where = _where(source, name)
@@ -143,6 +148,42 @@ def build_qavgpool(graph: Graph, name: str, x: str, out: str, pool_attrs: dict[s
         pre_shift=pre,
         act_min=arith.INT8_MIN,
         act_max=arith.INT8_MAX,
+    )
+    return node
+
+
+def build_tflm_avgpool(
+    graph: Graph, name: str, x: str, out: str, pool_attrs: dict[str, Any], act_min: int, act_max: int, source: str = ""
+) -> Node:
+    """TFLite Micro's int8 AVERAGE_POOL_2D as a "QAvgPool" node in mode ``tflm``: the in-bounds
+    taps' raw sum divided by their count, rounded half away from zero (TFLite's integer division
+    with a +-count/2 nudge), clamped to the fused activation; input and output share one grid."""
+    where = _where(source, name)
+    _require_int8(graph, [x, out], where, "AVERAGE_POOL_2D")
+    if not _same_qparams(graph, x, out):
+        raise UnsupportedError(
+            f"{where} (AVERAGE_POOL_2D): input {qparams_of(graph, x)} and output {qparams_of(graph, out)} "
+            "quantization parameters differ (TFLite Micro requires them equal)"
+        )
+    attrs = dict(pool_attrs, kind="avg", count_include_pad=0, ceil_mode=0)
+    attrs.setdefault("is_global", False)
+    node = Node(name, "QAvgPool", [x], [out], attrs, source=source)
+    dims = QAvgPool()._dims(node, graph)
+    if dims["KH"] * dims["KW"] > MAX_TAPS:
+        raise UnsupportedError(f"{where} (AVERAGE_POOL_2D): a window of {dims['KH'] * dims['KW']} taps could overflow")
+    count, _ = avgpool_counts(dims, False)
+    counts = sorted({int(c) for c in count.reshape(-1)})
+    zp = int(qparams_of(graph, x)[1])
+    node.attrs.update(
+        x_zp=zp,
+        y_zp=zp,
+        counts=counts,
+        multiplier=[0] * len(counts),
+        shift=[0] * len(counts),
+        pre_shift=0,
+        act_min=int(act_min),
+        act_max=int(act_max),
+        tflm=True,
     )
     return node
 
@@ -260,6 +301,15 @@ class QAvgPool(Pool):
                 okw = (iw >= 0) & (iw < m["W"])
                 tap = x4[:, np.clip(ih, 0, m["H"] - 1)][:, :, np.clip(iw, 0, m["W"] - 1)]
                 acc += tap * (okh[:, None] & okw[None, :])[None, :, :, None]
+        if a.get("tflm"):
+            raw = acc + a["x_zp"] * valid_taps(m)[None, :, :, None]
+            cnt = np.maximum(valid_taps(m), 1)[None, :, :, None]
+            v = np.where(raw > 0, (raw + cnt // 2) // cnt, -((-raw + cnt // 2) // cnt))
+            y = np.clip(v, a["act_min"], a["act_max"]).astype(np.int8)
+            y = y.reshape(m["N"], *([m["OH"], m["OW"]][2 - m["n"] :]), m["C"])
+            if a["layout"] == "NCHW":
+                y = np.moveaxis(y, -1, 1)
+            return [np.ascontiguousarray(y)]
         lut = {c: (mu, sh) for c, mu, sh in zip(a["counts"], a["multiplier"], a["shift"])}
         mult = np.vectorize(lambda c: lut[int(c)][0], otypes=[np.int64])(count)[None, :, :, None]
         shift = np.vectorize(lambda c: lut[int(c)][1], otypes=[np.int64])(count)[None, :, :, None]
@@ -308,5 +358,6 @@ class QAvgPool(Pool):
             cnt_w=[c for _, _, c in ww],
             val_h=[v for _, v, _ in wh],
             val_w=[v for _, v, _ in ww],
+            tflm=bool(a.get("tflm", False)),
             **arith.rounding_context(a),
         )
