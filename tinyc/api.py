@@ -244,9 +244,16 @@ def profile(
 
 
 def validate(
-    project_dir: str | os.PathLike, data: Any, port: str | None = None, labels: Any = None, **options: Any
+    project_dir: str | os.PathLike,
+    data: Any,
+    port: str | None = None,
+    labels: Any = None,
+    against: str = "auto",
+    **options: Any,
 ) -> dict[str, Any]:
-    """Device outputs vs the golden model (bit for bit for int8) and onnxruntime; accuracy with labels."""
+    """Device outputs vs the golden model (bit for bit for int8) and an independent reference on the
+    source model — onnxruntime for ONNX, TFLite Micro's interpreter for .tflite (`against`: "auto",
+    "onnxruntime", "tflm", "none"; an int8 .tflite must equal TFLite Micro bit for bit); accuracy with labels."""
     from tinyc.quantize.feeds import as_numeric, load_one_array
     from tinyc.targets.registry import project_target
 
@@ -258,7 +265,7 @@ def validate(
             else as_numeric("labels", labels)
         )
     out = Path(project_dir)
-    return project_target(out).validate(out, data, port=port, labels=lab, **options)
+    return project_target(out).validate(out, data, port=port, labels=lab, against=against, **options)
 
 
 def flash(project_dir: str | os.PathLike, port: str | None = None, **options: Any) -> dict[str, Any]:

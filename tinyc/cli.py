@@ -127,7 +127,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from tinyc.api import validate
     from tinyc.device.runner import check_validation, validation_table
 
-    v = validate(args.project, args.data, port=args.port, labels=args.labels)
+    v = validate(args.project, args.data, port=args.port, labels=args.labels, against=args.against)
     print(validation_table(v))
     if args.json:
         with open(args.json, "w") as f:
@@ -533,11 +533,20 @@ def build_parser() -> argparse.ArgumentParser:
     port_arg(sp)
     sp.set_defaults(func=_cmd_flash)
 
-    sp = sub.add_parser("validate", help="device vs golden model vs onnxruntime (and accuracy with labels)")
+    sp = sub.add_parser(
+        "validate", help="device vs golden model vs onnxruntime or TFLite Micro (and accuracy with labels)"
+    )
     sp.add_argument("project", help="firmware project written by `tinyc compile --board`")
     sp.add_argument("--data", required=True, help=".npz of inputs (leading sample dimension); a 'y' key = labels")
     sp.add_argument("--labels", help=".npy of labels for accuracy")
     sp.add_argument("--json", help="write the comparison here")
+    sp.add_argument(
+        "--against",
+        choices=("auto", "onnxruntime", "tflm", "none"),
+        default="auto",
+        help="the independent reference: onnxruntime for ONNX, TFLite Micro's interpreter for .tflite "
+        "(tflm needs `pip install 'tinyc[tflite]'`); auto picks by the source model",
+    )
     port_arg(sp)
     sp.set_defaults(func=_cmd_validate)
 

@@ -388,11 +388,14 @@ def validate_on_device(
     data: Mapping[str, np.ndarray],
     port: str | None = None,
     labels: np.ndarray | None = None,
+    against: str = "auto",
     **connect_options: Any,
 ) -> dict[str, Any]:
     """Device vs the golden model (must be equal bit for bit for int8 graphs; float within 1e-4
-    relative), vs onnxruntime on the source ONNX model (agreement of top-1, max difference), and
-    accuracy against labels (`labels`, or a 'y' key in `data`)."""
+    relative), vs an independent reference on the source model — onnxruntime for ONNX, TFLite
+    Micro's interpreter for .tflite (`against`: "auto", "onnxruntime", "tflm" or "none"; agreement
+    of top-1, max difference, and for TFLite Micro bit-exactness) — and accuracy against labels
+    (`labels`, or a 'y' key in `data`)."""
     import tinyc.reference
     from tinyc.quantize.feeds import LABEL_KEYS
 
@@ -422,7 +425,15 @@ def validate_on_device(
         "outputs": {},
     }
     ok = True
-    ort = _onnxruntime_outputs(source, feeds, manifest, n, mode) if source else None
+    oracle = _oracle(against, source)
+    if oracle == "tflm":
+        assert source is not None
+        ort = None
+        tflm = _tflm_outputs(source, [checked.model(k) for k in range(n)], manifest, mode)
+    else:
+        tflm = None
+        ort = _onnxruntime_outputs(source, feeds, manifest, n, mode) if source and oracle == "onnxruntime" else None
+    result["reference"] = oracle
     for o in manifest["outputs"]:
         name = o["name"]
         d, g = np.asarray(dev.outputs[name]), np.asarray(golden[name])
@@ -439,6 +450,14 @@ def validate_on_device(
             entry["max_abs_diff_vs_onnxruntime"] = compare_float(real, r).max_abs_diff
             if d.ndim >= 2 and d.shape[-1] > 1:
                 entry["top1_agreement_vs_onnxruntime"] = float(np.mean(d.argmax(-1) == r.argmax(-1)))
+        if tflm is not None and name in tflm:
+            r = np.asarray(tflm[name]).reshape(d.shape)
+            entry["bit_exact_vs_tflm"] = bool(np.array_equal(d, r, equal_nan=d.dtype.kind == "f"))
+            entry["max_abs_diff_vs_tflm"] = compare_float(d, r).max_abs_diff
+            if integer:
+                ok &= entry["bit_exact_vs_tflm"]
+            if d.ndim >= 2 and d.shape[-1] > 1:
+                entry["top1_agreement_vs_tflm"] = float(np.mean(d.argmax(-1) == r.argmax(-1)))
         if labels is not None and d.ndim >= 2 and d.shape[-1] > 1:
             lab = np.asarray(labels).reshape(-1)
             pred = d.reshape(-1, d.shape[-1]).argmax(-1)
@@ -448,6 +467,49 @@ def validate_on_device(
     result["golden_ok"] = bool(ok)
     result["integer"] = integer
     return result
+
+
+ORACLES = ("auto", "onnxruntime", "tflm", "none")
+
+
+def _oracle(against: str, source: str | None) -> str:
+    """The reference to compare with: "auto" picks TFLite Micro for a .tflite source, onnxruntime otherwise."""
+    if against not in ORACLES:
+        raise UsageError(f"--against must be one of {', '.join(ORACLES)}, got {against!r}")
+    tflite = bool(source) and str(source).lower().endswith(".tflite")
+    if against == "auto":
+        return "none" if not source else ("tflm" if tflite else "onnxruntime")
+    if against == "tflm" and not tflite:
+        raise UsageError(f"--against tflm needs a .tflite source model; this project was compiled from {source}")
+    if against == "onnxruntime" and tflite:
+        raise UsageError("--against onnxruntime needs an ONNX source model; this project was compiled from a .tflite")
+    if against != "none" and (not source or not Path(source).is_file()):
+        raise UsageError(f"--against {against}: the source model {source} is not there any more")
+    return against
+
+
+def _tflm_outputs(
+    source: str, samples: list[Mapping[str, np.ndarray]], manifest: Mapping[str, Any], mode: str
+) -> dict[str, np.ndarray]:
+    """TFLite Micro's own interpreter (the tflite-micro package) on the source .tflite, sample by sample,
+    fed exactly the (quantized) inputs the device gets; the state is reset before every sample."""
+    try:
+        from tflite_micro.python.tflite_micro import runtime
+    except ImportError:
+        raise UsageError(
+            "--against tflm needs TFLite Micro's interpreter: pip install 'tinyc[tflite]' (the tflite-micro package)"
+        ) from None
+    buf = Path(source).read_bytes()
+    interp = runtime.Interpreter.from_bytes(buf, arena_size=max(10 * len(buf), 1 << 20))
+    res: dict[str, list[np.ndarray]] = {o["name"]: [] for o in manifest["outputs"]}
+    for one in samples:
+        interp.reset()
+        for i, spec in enumerate(manifest["inputs"]):
+            interp.set_input(np.ascontiguousarray(np.asarray(one[spec["name"]]).astype(spec["dtype"])), i)
+        interp.invoke()
+        for j, spec in enumerate(manifest["outputs"]):
+            res[spec["name"]].append(np.array(interp.get_output(j), copy=True).reshape(spec["shape"]))
+    return stack_outputs(res, mode)
 
 
 def _onnxruntime_outputs(
@@ -500,6 +562,14 @@ def validation_table(v: Mapping[str, Any]) -> str:
             )
             + ("" if e["golden_ok"] else "  <-- MISMATCH")
         ]
+        if "bit_exact_vs_tflm" in e:
+            parts.append(
+                "== TFLite Micro bit for bit"
+                if e["bit_exact_vs_tflm"]
+                else f"vs TFLite Micro max |diff| {e['max_abs_diff_vs_tflm']:.3g}  <-- DIFFERS"
+            )
+        if "top1_agreement_vs_tflm" in e:
+            parts.append(f"top-1 agreement with TFLite Micro {100 * e['top1_agreement_vs_tflm']:.2f}%")
         if "top1_agreement_vs_onnxruntime" in e:
             parts.append(f"top-1 agreement with onnxruntime {100 * e['top1_agreement_vs_onnxruntime']:.2f}%")
         if "max_abs_diff_vs_onnxruntime" in e:
@@ -514,4 +584,7 @@ def check_validation(v: Mapping[str, Any]) -> None:
     """Raise RunError when the device disagrees with the golden model."""
     if not v["golden_ok"]:
         bad = [n for n, e in v["outputs"].items() if not e["golden_ok"]]
-        raise RunError(f"device outputs differ from the golden model on {v['board']}: {', '.join(bad)}")
+        if bad:
+            raise RunError(f"device outputs differ from the golden model on {v['board']}: {', '.join(bad)}")
+        bad = [n for n, e in v["outputs"].items() if not e.get("bit_exact_vs_tflm", True)]
+        raise RunError(f"device outputs differ from TFLite Micro on {v['board']}: {', '.join(bad)}")
