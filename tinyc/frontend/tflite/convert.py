@@ -81,13 +81,6 @@ def _describe(model: TflModel, op: TflOperator) -> str:
 def check_supported(model: TflModel) -> None:
     """Refuse, in one message, every operator tinyc cannot convert and the model-wide blockers."""
     _load_converters()
-    bad = [op for op in model.operators if op.name not in CONVERTERS]
-    if bad:
-        names = sorted({op.custom_code if op.name == "CUSTOM" else op.name for op in bad if op.name} - {None})
-        raise UnsupportedError(
-            f"TFLite operators tinyc does not support ({', '.join(str(n) for n in names)}): "
-            + "; ".join(_describe(model, op) for op in bad)
-        )
     f16 = [t for t in model.tensors if t.dtype == "float16"]
     if f16:
         raise UnsupportedError(
@@ -104,11 +97,17 @@ def check_supported(model: TflModel) -> None:
             "quantize the model with int8 activations (full-integer int8)"
         )
 
+    bad = [op for op in model.operators if op.name not in CONVERTERS]
+    if bad:
+        names = sorted({op.custom_code if op.name == "CUSTOM" else op.name for op in bad if op.name} - {None})
+        raise UnsupportedError(
+            f"TFLite operators tinyc does not support ({', '.join(str(n) for n in names)}): "
+            + "; ".join(_describe(model, op) for op in bad)
+        )
 
 def import_tflite(model: str | os.PathLike | bytes, name: str | None = None) -> Graph:
     """Import subgraph 0 of a .tflite model (path or bytes) into a tinyc Graph with static shapes."""
     tfl, default_name = load_tflite(model)
-    check_supported(tfl)
     g = Graph(name=name or default_name)
     names: dict[int, str] = {}
     for i in tfl.inputs:
@@ -129,6 +128,7 @@ def import_tflite(model: str | os.PathLike | bytes, name: str | None = None) -> 
         g.inputs.append(t.name)
         names[i] = t.name
         g.io_layout[t.name] = "NHWC" if len(t.shape) == 4 else ""
+    check_supported(tfl)
     for op in tfl.operators:
         ctx = TflContext(tfl, g, names, op)
         try:
