@@ -168,14 +168,29 @@ def quantize(
     from tinyc.quantize.calibrate import calibration_samples, collect_ranges
     from tinyc.quantize.report import compare_float_int8, comparison_markdown, quantization_summary
 
-    proto = model if isinstance(model, onnx.ModelProto) else load_onnx(model)
-    names = [i.name for i in proto.graph.input]
+    from tinyc.frontend.tflite import import_tflite, is_tflite_model
+
+    tflite = is_tflite_model(model)
+    if tflite:
+        if output is not None:
+            raise UsageError(
+                "-o writes a QDQ ONNX model, which needs an ONNX source; for a float .tflite, compile it with "
+                "--quantize int8 --calib (the same grids) or drop -o for the accuracy report"
+            )
+        float_graph = import_tflite(model)
+        names = list(float_graph.inputs)
+        if any(float_graph.tensor(n).dtype != "float32" for n in names):
+            raise UsageError("the .tflite model is already quantized: tinyc quantize takes a float32 model")
+        proto = None
+    else:
+        proto = model if isinstance(model, onnx.ModelProto) else load_onnx(model)
+        names = [i.name for i in proto.graph.input]
     data, lab = _split_labels(calib, labels, names)
     graph, quant = prepare(
-        proto, input_shapes, quantize="int8", calib=data, calib_method=calib_method, progress=progress
+        model if tflite else proto, input_shapes, quantize="int8", calib=data, calib_method=calib_method, progress=progress
     )
     path = None
-    if output is not None:
+    if output is not None and proto is not None:
         from tinyc.quantize.export import export_qdq
 
         imported = import_onnx(proto, input_shapes=input_shapes)
@@ -187,7 +202,7 @@ def quantize(
     n, feeds = calibration_samples(quant.float_graph, data)
     cmp = compare_float_int8(quant, feeds, n, lab, progress=progress)
     summary = quantization_summary(quant)
-    title = proto.graph.name or "model"
+    title = (proto.graph.name if proto is not None else "") or graph.name or "model"
     text = comparison_markdown(cmp, summary, title)
     if report is not None:
         Path(report).parent.mkdir(parents=True, exist_ok=True)

@@ -339,4 +339,16 @@ def _io_view(
         "const": t.is_constant,
         "offset": None if t.is_constant else layout.offsets[layout.buffer_of(name)],
         "layout": graph.io_layout.get(public, ""),
+        "quant": _io_grid(t),
     }
+
+
+def _io_grid(t: Tensor) -> dict[str, str | int] | None:
+    """An integer input/output's grid as C literals (real = scale * (q - zero_point)), for the header."""
+    if t.quant is None or t.dtype not in ("int8", "uint8", "int16"):
+        return None
+    scale = np.asarray(t.quant.scale, np.float32).reshape(-1)
+    zp = np.asarray(t.quant.zero_point).reshape(-1)
+    if scale.size != 1:
+        return None
+    return {"scale": c_float(float(scale[0])), "zero_point": int(zp[0]) if zp.size else 0}
