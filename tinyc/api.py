@@ -187,7 +187,12 @@ def quantize(
         names = [i.name for i in proto.graph.input]
     data, lab = _split_labels(calib, labels, names)
     graph, quant = prepare(
-        model if tflite else proto, input_shapes, quantize="int8", calib=data, calib_method=calib_method, progress=progress
+        model if tflite else proto,
+        input_shapes,
+        quantize="int8",
+        calib=data,
+        calib_method=calib_method,
+        progress=progress,
     )
     path = None
     if output is not None and proto is not None:

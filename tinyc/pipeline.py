@@ -56,7 +56,7 @@ def prepare(
         raise UsageError("calibration data given but quantization is off (--quantize none)")
     if calib is not None:
         quantize = "int8"
-    from tinyc.frontend.tflite import import_tflite, is_tflite_model
+    from tinyc.frontend.tflite import is_tflite_model
 
     if is_tflite_model(model):
         return _prepare_tflite(model, input_shapes, name, bind, quantize, calib, calib_method, progress, io_dtype)

@@ -37,7 +37,9 @@ ACCUMULATION_INTEGER_BITS = 12
 def softmax_params(beta: float, input_scale: float) -> tuple[int, int, int]:
     """(input_multiplier, input_left_shift, diff_min) as TFLite's PreprocessSoftmaxScaling and
     CalculateInputRadius give them (double arithmetic from the float32 scale, double rounding build)."""
-    real = min(float(beta) * float(np.float32(input_scale)) * float(1 << (31 - SCALED_DIFF_INTEGER_BITS)), float((1 << 31) - 1))
+    real = min(
+        float(beta) * float(np.float32(input_scale)) * float(1 << (31 - SCALED_DIFF_INTEGER_BITS)), float((1 << 31) - 1)
+    )
     mult, shift = quantize_multiplier(real)
     mult, shift = int(mult), int(shift)
     if shift < 0:
@@ -74,9 +76,14 @@ def build_tflm_softmax(graph: Graph, name: str, x: str, out: str, beta: float, s
     xt, yt = graph.tensor(x), graph.tensor(out)
     if xt.dtype != "int8" or yt.dtype != "int8" or xt.quant is None or yt.quant is None:
         raise UnsupportedError(f"{where}: needs quantized int8 input and output")
-    s_out, zp_out = float(np.asarray(yt.quant.scale).reshape(-1)[0]), int(np.asarray(yt.quant.zero_point).reshape(-1)[0])
+    s_out, zp_out = (
+        float(np.asarray(yt.quant.scale).reshape(-1)[0]),
+        int(np.asarray(yt.quant.zero_point).reshape(-1)[0]),
+    )
     if zp_out != -128 or abs(s_out * 256.0 - 1.0) > 1e-6:
-        raise UnsupportedError(f"{where}: int8 softmax output must have scale 1/256 and zero point -128 (has {s_out:g}, {zp_out})")
+        raise UnsupportedError(
+            f"{where}: int8 softmax output must have scale 1/256 and zero point -128 (has {s_out:g}, {zp_out})"
+        )
     if not xt.shape or xt.shape[-1] >= 4096:
         raise UnsupportedError(f"{where}: rows of {xt.shape[-1] if xt.shape else 0} values (1..4095 supported)")
     try:

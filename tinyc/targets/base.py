@@ -124,9 +124,7 @@ class Target(ABC):
         from tinyc.device.runner import validate_on_device
 
         feeds = load_inputs(data, "data file")
-        return validate_on_device(
-            out, feeds, port=port, labels=labels, against=against, **self.device_options(options)
-        )
+        return validate_on_device(out, feeds, port=port, labels=labels, against=against, **self.device_options(options))
 
     def flash(self, out: Path, port: str | None = None, **options: Any) -> dict[str, Any]:
         """Flash (or start) the firmware and return its HELLO (see `tinyc.api.flash`)."""

@@ -175,10 +175,19 @@ class TflContext:
             return name
         if t.data is None:
             self.unsupported(f"input {i} '{t.name}' is neither a constant nor computed by an earlier operator")
+        assert t.data is not None
         name = self._fresh(t)
         self.graph.add_constant(name, t.data)
         self.graph.tensors[name].quant = self._ir_quant(t)
         self.names[t.index] = name
+        return name
+
+    def input_name(self, i: int) -> str:
+        """`input` for an input the operator requires (a missing one is refused)."""
+        name = self.input(i)
+        if name is None:
+            self.unsupported(f"input {i} is missing")
+        assert name is not None
         return name
 
     def constant(self, base: str, data: np.ndarray) -> str:
@@ -197,7 +206,9 @@ class TflContext:
         self.names[t.index] = name
         return name
 
-    def intermediate(self, base: str, shape: tuple[int, ...], dtype: str, scale: float | None = None, zp: int = 0) -> str:
+    def intermediate(
+        self, base: str, shape: tuple[int, ...], dtype: str, scale: float | None = None, zp: int = 0
+    ) -> str:
         """A new non-constant tensor between the nodes one operator becomes."""
         name = self.graph.unique_name(f"{self.name}_{base}")
         quant = None if scale is None else QuantParams(np.asarray(scale, np.float32), np.asarray(zp, np.int64))
@@ -208,7 +219,9 @@ class TflContext:
         """Infer and append `node`; its declared outputs must keep the shapes the file gives."""
         from tinyc.frontend.onnx_import import add_node
 
-        declared = {o: (self.graph.tensor(o).shape, self.graph.tensor(o).dtype) for o in node.outputs if o in self.graph.tensors}
+        declared = {
+            o: (self.graph.tensor(o).shape, self.graph.tensor(o).dtype) for o in node.outputs if o in self.graph.tensors
+        }
         if not node.source:
             node.source = self.name
         add_node(self.graph, node)

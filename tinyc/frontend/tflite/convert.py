@@ -99,11 +99,12 @@ def check_supported(model: TflModel) -> None:
 
     bad = [op for op in model.operators if op.name not in CONVERTERS]
     if bad:
-        names = sorted({op.custom_code if op.name == "CUSTOM" else op.name for op in bad if op.name} - {None})
+        names = sorted({str(op.custom_code) if op.name == "CUSTOM" else op.name for op in bad})
         raise UnsupportedError(
             f"TFLite operators tinyc does not support ({', '.join(str(n) for n in names)}): "
             + "; ".join(_describe(model, op) for op in bad)
         )
+
 
 def import_tflite(model: str | os.PathLike | bytes, name: str | None = None) -> Graph:
     """Import subgraph 0 of a .tflite model (path or bytes) into a tinyc Graph with static shapes."""

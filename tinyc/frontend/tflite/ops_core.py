@@ -16,7 +16,9 @@ from tinyc.ops.qpool import build_tflm_avgpool
 from tinyc.ops.tflm_softmax import build_tflm_softmax
 
 
-def same_or_valid_pads(ctx: TflContext, in_hw: tuple[int, int], k_hw: tuple[int, int], strides: tuple[int, int], dil: tuple[int, int]) -> tuple[list[int], tuple[int, int]]:
+def same_or_valid_pads(
+    ctx: TflContext, in_hw: tuple[int, int], k_hw: tuple[int, int], strides: tuple[int, int], dil: tuple[int, int]
+) -> tuple[list[int], tuple[int, int]]:
     """TFLite's ComputePaddingHeightWidth: ([top, left, bottom, right], (OH, OW)); SAME puts the odd
     pixel after (offset), VALID pads nothing."""
     pads_b, pads_e, out = [], [], []
@@ -104,7 +106,10 @@ def conv2d(ctx: TflContext) -> None:
         wk = np.transpose(wd, (1, 2, 3, 0))  # [OC, KH, KW, IC/G] -> [KH, KW, IC/G, OC]
         w_axis = 0
     strides = (int(ctx.opt("stride_h", 1)), int(ctx.opt("stride_w", 1)))
-    dil = (int(ctx.opt("dilation_h_factor", ctx.opt("dilation_hfactor", 1))), int(ctx.opt("dilation_w_factor", ctx.opt("dilation_wfactor", 1))))
+    dil = (
+        int(ctx.opt("dilation_h_factor", ctx.opt("dilation_hfactor", 1))),
+        int(ctx.opt("dilation_w_factor", ctx.opt("dilation_wfactor", 1))),
+    )
     pads, _ = same_or_valid_pads(ctx, (H, W), (KH, KW), strides, dil)
     y = ctx.out_tensor(0)
     if x.dtype == "float32":
@@ -123,7 +128,7 @@ def conv2d(ctx: TflContext) -> None:
     act_min, act_max = ctx.act_range(y)
     node = ctx.node(
         "QConv",
-        [ctx.input(0), ctx.constant("wq", wq), ctx.constant("bias_q", bias)],
+        [ctx.input_name(0), ctx.constant("wq", wq), ctx.constant("bias_q", bias)],
         [ctx.output(0)],
         kernel=[KH, KW],
         strides=list(strides),
@@ -162,9 +167,10 @@ def fully_connected(ctx: TflContext) -> None:
     size = int(np.prod(x.shape, dtype=np.int64))
     if size % K:
         ctx.unsupported(f"input {list(x.shape)} does not flatten into rows of {K}")
-    src = ctx.input(0)
-    assert src is not None
-    rows_shape = tuple(x.shape[:-1]) if ctx.opt("keep_num_dims", False) and x.shape and x.shape[-1] == K else (size // K,)
+    src = ctx.input_name(0)
+    rows_shape = (
+        tuple(x.shape[:-1]) if ctx.opt("keep_num_dims", False) and x.shape and x.shape[-1] == K else (size // K,)
+    )
     if tuple(x.shape) != (*rows_shape, K):
         flat = ctx.intermediate("rows", (*rows_shape, K), x.dtype, *(ctx.qparams(x) if x.quantized else (None, 0)))
         ctx.add(ctx.node("Reshape", [src], [flat], shape=[*rows_shape, K]))
@@ -172,7 +178,11 @@ def fully_connected(ctx: TflContext) -> None:
     out = ctx.output(0)
     produced_shape = (*rows_shape, N)
     direct = tuple(y.shape) == produced_shape
-    target = out if direct else ctx.intermediate("fc", produced_shape, y.dtype, *(ctx.qparams(y) if y.quantized else (None, 0)))
+    target = (
+        out
+        if direct
+        else ctx.intermediate("fc", produced_shape, y.dtype, *(ctx.qparams(y) if y.quantized else (None, 0)))
+    )
     if x.dtype == "float32":
         from tinyc.frontend.tflite.ops_float import float_fc
 
@@ -222,7 +232,15 @@ def add(ctx: TflContext) -> None:
         float_binary(ctx, "Add")
         return
     _int8_io(ctx, a, b, y)
-    node = build_qadd(ctx.graph, ctx.graph.unique_name(ctx.name), ctx.input(0), ctx.input(1), ctx.output(0), None, source=ctx.name)  # type: ignore[arg-type]
+    node = build_qadd(
+        ctx.graph,
+        ctx.graph.unique_name(ctx.name),
+        ctx.input_name(0),
+        ctx.input_name(1),
+        ctx.output(0),
+        None,
+        source=ctx.name,
+    )
     node.attrs["act_min"], node.attrs["act_max"] = ctx.act_range(y)
     node.attrs["rounding"] = "tflite"
     ctx.add(node)
@@ -236,7 +254,17 @@ def average_pool(ctx: TflContext) -> None:
     k = (int(ctx.opt("filter_height", 1)), int(ctx.opt("filter_width", 1)))
     s = (int(ctx.opt("stride_h", 1)), int(ctx.opt("stride_w", 1)))
     pads, _ = same_or_valid_pads(ctx, (x.shape[1], x.shape[2]), k, s, (1, 1))
-    attrs = dict(kind="avg", kernel=list(k), strides=list(s), pads=pads, dilations=[1, 1], ceil_mode=0, count_include_pad=0, layout="NHWC", is_global=False)
+    attrs = dict(
+        kind="avg",
+        kernel=list(k),
+        strides=list(s),
+        pads=pads,
+        dilations=[1, 1],
+        ceil_mode=0,
+        count_include_pad=0,
+        layout="NHWC",
+        is_global=False,
+    )
     if x.dtype == "float32":
         from tinyc.frontend.tflite.ops_float import float_pool
 
@@ -244,7 +272,11 @@ def average_pool(ctx: TflContext) -> None:
         return
     _int8_io(ctx, x, y)
     lo, hi = ctx.act_range(y)
-    ctx.add(build_tflm_avgpool(ctx.graph, ctx.graph.unique_name(ctx.name), ctx.input(0), ctx.output(0), attrs, lo, hi, source=ctx.name))  # type: ignore[arg-type]
+    ctx.add(
+        build_tflm_avgpool(
+            ctx.graph, ctx.graph.unique_name(ctx.name), ctx.input_name(0), ctx.output(0), attrs, lo, hi, source=ctx.name
+        )
+    )
 
 
 @converts("RESHAPE")
@@ -254,7 +286,7 @@ def reshape(ctx: TflContext) -> None:
         ctx.unsupported(f"cannot reshape {list(x.shape)} into {list(y.shape)}")
     if x.quantized and y.quantized and ctx.qparams(x) != ctx.qparams(y):
         ctx.unsupported("input and output quantization differ")
-    ctx.add(ctx.node("Reshape", [ctx.input(0)], [ctx.output(0)], shape=list(y.shape)))  # type: ignore[list-item]
+    ctx.add(ctx.node("Reshape", [ctx.input_name(0)], [ctx.output(0)], shape=list(y.shape)))
 
 
 @converts("SOFTMAX")
@@ -267,4 +299,8 @@ def softmax(ctx: TflContext) -> None:
         float_softmax(ctx, beta)
         return
     _int8_io(ctx, x, ctx.out_tensor(0))
-    ctx.add(build_tflm_softmax(ctx.graph, ctx.graph.unique_name(ctx.name), ctx.input(0), ctx.output(0), beta, source=ctx.name))  # type: ignore[arg-type]
+    ctx.add(
+        build_tflm_softmax(
+            ctx.graph, ctx.graph.unique_name(ctx.name), ctx.input_name(0), ctx.output(0), beta, source=ctx.name
+        )
+    )

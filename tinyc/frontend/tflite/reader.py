@@ -106,7 +106,9 @@ def _read_table(table: Any) -> dict[str, Any]:
             continue
         if hasattr(cls, attr + "AsNumpy"):
             v = getattr(table, attr + "AsNumpy")()
-            out[_snake(attr)] = [] if isinstance(v, int) else [int(x) if np.issubdtype(type(x), np.integer) else x for x in v.tolist()]
+            out[_snake(attr)] = (
+                [] if isinstance(v, int) else [int(x) if np.issubdtype(type(x), np.integer) else x for x in v.tolist()]
+            )
             continue
         try:
             v = fn()
@@ -150,14 +152,18 @@ def read_tflite(buf: bytes, source: str = "model") -> TflModel:
     except ImportError as exc:  # pragma: no cover - tflite is a dependency
         raise ModelLoadError(f"{source}: reading .tflite needs the 'tflite' package ({exc})") from None
     try:
-        return _read(buf, source, tflite, _enum_names(BuiltinOperator), _enum_names(BuiltinOptions), _enum_names(TensorType))
+        return _read(
+            buf, source, tflite, _enum_names(BuiltinOperator), _enum_names(BuiltinOptions), _enum_names(TensorType)
+        )
     except (ModelLoadError, UnsupportedError):
         raise
     except Exception as exc:  # a corrupt flatbuffer surfaces as any error inside the accessors
         raise ModelLoadError(f"{source}: malformed TFLite flatbuffer ({type(exc).__name__}: {exc})") from None
 
 
-def _read(buf: bytes, source: str, tflite: Any, op_names: dict[int, str], opt_names: dict[int, str], types: dict[int, str]) -> TflModel:
+def _read(
+    buf: bytes, source: str, tflite: Any, op_names: dict[int, str], opt_names: dict[int, str], types: dict[int, str]
+) -> TflModel:
     model = tflite.Model.GetRootAsModel(buf, 0)
     if model.SubgraphsLength() < 1:
         raise ModelLoadError(f"{source}: the TFLite model has no subgraph")
@@ -169,7 +175,9 @@ def _read(buf: bytes, source: str, tflite: Any, op_names: dict[int, str], opt_na
         name = (t.Name() or b"").decode("utf-8", "replace") or f"tensor_{i}"
         tname = types.get(t.Type(), str(t.Type()))
         if tname not in TENSOR_TYPES:
-            raise UnsupportedError(f"{source}: tensor {i} '{name}' has element type {tname}, which tinyc does not support")
+            raise UnsupportedError(
+                f"{source}: tensor {i} '{name}' has element type {tname}, which tinyc does not support"
+            )
         if t.Sparsity() is not None:
             raise UnsupportedError(f"{source}: tensor {i} '{name}' is sparse; densify the model before compiling")
         dtype = TENSOR_TYPES[tname]
@@ -200,7 +208,11 @@ def _read(buf: bytes, source: str, tflite: Any, op_names: dict[int, str], opt_na
         q = t.Quantization()
         if q is not None and q.ScaleLength():
             scale = np.asarray(q.ScaleAsNumpy(), np.float32).reshape(-1)
-            zp = np.asarray(q.ZeroPointAsNumpy(), np.int64).reshape(-1) if q.ZeroPointLength() else np.zeros(scale.size, np.int64)
+            zp = (
+                np.asarray(q.ZeroPointAsNumpy(), np.int64).reshape(-1)
+                if q.ZeroPointLength()
+                else np.zeros(scale.size, np.int64)
+            )
             qdim = int(q.QuantizedDimension())
         tensors.append(TflTensor(i, name, shape, dtype, data, scale, zp, qdim, bool(t.IsVariable()), sig))
     ops: list[TflOperator] = []
@@ -216,7 +228,9 @@ def _read(buf: bytes, source: str, tflite: Any, op_names: dict[int, str], opt_na
         inter = [int(v) for v in op.IntermediatesAsNumpy()] if op.IntermediatesLength() else []
         for j in ins + outs + inter:
             if j >= len(tensors) or j < -1:
-                raise ModelLoadError(f"{source}: operator {i} ({name}) refers to tensor {j}, the subgraph has {len(tensors)}")
+                raise ModelLoadError(
+                    f"{source}: operator {i} ({name}) refers to tensor {j}, the subgraph has {len(tensors)}"
+                )
         ops.append(TflOperator(i, name, int(code.Version()), ins, outs, opts, custom, inter))
     desc = (model.Description() or b"").decode("utf-8", "replace")
     sg_inputs = [int(v) for v in sg.InputsAsNumpy()] if sg.InputsLength() else []
