@@ -97,7 +97,13 @@ def tflm_binary_attrs(
         mp, shp = _qm(s1 / so, "identity")
         mn, shn = _qm(s1 * s2 / so, "alpha")
         return dict(
-            in_offset=-z1, alpha_offset=-z2, pos_multiplier=mp, pos_shift=shp, neg_multiplier=mn, neg_shift=shn, out_zp=zo
+            in_offset=-z1,
+            alpha_offset=-z2,
+            pos_multiplier=mp,
+            pos_shift=shp,
+            neg_multiplier=mn,
+            neg_shift=shn,
+            out_zp=zo,
         )
     if mode == "div":
         mo, sho = _qm(s1 / (s2 * so), "output")
@@ -196,12 +202,16 @@ class TflmBinary(OpDef):
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
         if node.attrs.get("mode") not in MODES:
-            raise UnsupportedError(f"node '{node.source or node.name}' (TflmBinary): unknown mode {node.attrs.get('mode')!r}")
+            raise UnsupportedError(
+                f"node '{node.source or node.name}' (TflmBinary): unknown mode {node.attrs.get('mode')!r}"
+            )
         sa, sb = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
         try:
             shape = np.broadcast_shapes(sa, sb)
         except ValueError:
-            raise UnsupportedError(f"node '{node.source or node.name}' (TflmBinary): shapes {list(sa)} and {list(sb)} do not broadcast") from None
+            raise UnsupportedError(
+                f"node '{node.source or node.name}' (TflmBinary): shapes {list(sa)} and {list(sb)} do not broadcast"
+            ) from None
         return [(tuple(int(d) for d in shape), "int8")]
 
     def folded_quant(self, node: Node, graph: Graph) -> QuantParams | None:
@@ -216,4 +226,11 @@ class TflmBinary(OpDef):
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         a, b = graph.tensor(node.inputs[0]), graph.tensor(node.inputs[1])
         dims, (sa, sb) = collapse_broadcast(graph.tensor(node.outputs[0]).shape, [a.shape, b.shape])
-        return {"dims": dims, "sa": sa, "sb": sb, "mode": node.attrs["mode"], "p": node.attrs, "left_shift": SQDIFF_LEFT_SHIFT}
+        return {
+            "dims": dims,
+            "sa": sa,
+            "sb": sb,
+            "mode": node.attrs["mode"],
+            "p": node.attrs,
+            "left_shift": SQDIFF_LEFT_SHIFT,
+        }

@@ -22,6 +22,7 @@ import numpy as np
 from tinyc.ir import Graph, Node, QuantParams
 from tinyc.ops.base import OpDef, OutputType, register
 
+
 def tflm_quantize_golden(x: np.ndarray, scale: float, zp: int) -> np.ndarray:
     """The steps of the module docstring in numpy (float32 division, half-away rounding)."""
     with np.errstate(all="ignore"):

@@ -162,7 +162,15 @@ def mul(ctx: TflContext) -> None:
     if _float(ctx):
         return
     _binary_grids(ctx)
-    node = build_qmul(ctx.graph, ctx.graph.unique_name(ctx.name), ctx.input(0), ctx.input(1), ctx.output(0), None, source=ctx.name)  # type: ignore[arg-type]
+    node = build_qmul(
+        ctx.graph,
+        ctx.graph.unique_name(ctx.name),
+        ctx.input_name(0),
+        ctx.input_name(1),
+        ctx.output(0),
+        None,
+        source=ctx.name,
+    )
     node.attrs["act_min"], node.attrs["act_max"] = ctx.act_range(ctx.out_tensor(0))
     node.attrs["rounding"] = "tflite"
     ctx.add(node)
