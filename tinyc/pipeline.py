@@ -38,7 +38,7 @@ def prepare(
     progress: bool = True,
     io_dtype: str = "float",
 ) -> tuple[Graph, Any]:
-    """Import an ONNX model and run the passes and quantization; returns the graph and the
+    """Import an ONNX or .tflite model and run the passes and quantization; returns the graph and the
     QuantizationResult (None for a float graph). See `tinyc.api.load` for the options.
     io_dtype "int8": a quantized model takes and gives int8 on its boundary grids (no float copy
     of the input in the arena; see quantize.io)."""
@@ -59,8 +59,15 @@ def prepare(
     from tinyc.frontend.tflite import is_tflite_model
 
     if is_tflite_model(model):
-        return _prepare_tflite(model, input_shapes, name, bind, quantize, calib, calib_method, progress, io_dtype)
-    graph = import_onnx(model, input_shapes=input_shapes, name=name, bind=bind)
+        graph = _import_tflite(model, input_shapes, name, bind)
+        if graph.has_integer_activations():  # a full-integer .tflite keeps TFLite Micro's arithmetic as imported
+            if quantize == "int8" and calib is not None:
+                raise UsageError("the .tflite model is already quantized (int8): drop --quantize/--calib")
+            run_passes(graph, io_layout="onnx", int8=None)
+            return graph, None
+        io_layout = "onnx"  # a .tflite declares its own (NHWC) layout
+    else:
+        graph = import_onnx(model, input_shapes=input_shapes, name=name, bind=bind)
     run_passes(graph, io_layout=io_layout, int8={"auto": None, "int8": True, "none": False}[quantize])
     annotated = has_int8_annotations(graph)
     if quantize == "int8" and calib is None and not annotated:
@@ -78,48 +85,16 @@ def prepare(
     return graph, None
 
 
-def _prepare_tflite(
-    model: Any,
-    input_shapes: Any,
-    name: str | None,
-    bind: Any,
-    quantize: str,
-    calib: Any,
-    calib_method: str,
-    progress: bool,
-    io_dtype: str,
-) -> tuple[Graph, Any]:
-    """A .tflite model: an integer one keeps TFLite Micro's arithmetic and its int8 interface as
-    the file declares it; a float one runs the same passes and, with calibration data, tinyc's PTQ."""
+def _import_tflite(model: Any, input_shapes: Any, name: str | None, bind: Any) -> Graph:
+    """A .tflite model's graph (shapes are fixed in the file: no --input-shape, no bind); a float one
+    then goes through the same passes and, with calibration data, the same PTQ as an ONNX model."""
     from tinyc.frontend.tflite import import_tflite
-    from tinyc.passes import run_passes
-    from tinyc.quantize.flow import quantize_graph
-    from tinyc.quantize.io import make_io_int8
 
     if input_shapes:
         raise UsageError("--input-shape does not apply to a .tflite model: its shapes are fixed in the file")
     if bind:
         raise UsageError("bind does not apply to a .tflite model")
-    graph = import_tflite(model, name=name)
-    integer = any(graph.tensor(t).dtype in ("int8", "uint8") for t in graph.inputs + graph.outputs) or any(
-        n.op.startswith("Q") or n.op.startswith("Tflm") for n in graph.nodes
-    )
-    if integer:
-        if quantize == "int8" and calib is not None:
-            raise UsageError("the .tflite model is already quantized (int8): drop --quantize/--calib")
-        run_passes(graph, io_layout="onnx", int8=None)
-        return graph, None
-    run_passes(graph, io_layout="onnx", int8={"auto": None, "int8": True, "none": False}[quantize])
-    if quantize == "int8" and calib is None:
-        raise UsageError("--quantize int8 needs calibration data (--calib calib.npz: one array per model input)")
-    if quantize == "int8":
-        result = quantize_graph(graph, calib, method=calib_method, progress=progress)
-        if io_dtype == "int8":
-            make_io_int8(result.graph)
-        return result.graph, result
-    if io_dtype == "int8":
-        raise UsageError("--io-dtype int8 needs an int8 model (--quantize int8 with --calib)")
-    return graph, None
+    return import_tflite(model, name=name)
 
 
 def choose_schedules(

@@ -415,7 +415,7 @@ def validate_on_device(
         for o in manifest["outputs"]:
             gold[o["name"]].append(np.asarray(res[o["name"]]).reshape(o["shape"]))
     golden = stack_outputs(gold, mode)
-    integer = any(t.dtype in ("int8", "uint8") for t in graph.tensors.values() if not t.is_constant)
+    integer = graph.has_integer_activations()
     result: dict[str, Any] = {
         "board": board["name"],
         "model": manifest["model"],

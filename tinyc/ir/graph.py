@@ -149,6 +149,10 @@ class Graph:
             n.inputs = [new if i == old else i for i in n.inputs]
         self.outputs = [new if o == old else o for o in self.outputs]
 
+    def has_integer_activations(self) -> bool:
+        """Whether any computed (non-constant) tensor is int8/uint8: the graph is already quantized."""
+        return any(t.dtype in ("int8", "uint8") for t in self.tensors.values() if not t.is_constant)
+
     def remove_unused_tensors(self) -> None:
         used = set(self.inputs) | set(self.outputs)
         for n in self.nodes:

@@ -266,11 +266,17 @@ def quantize(
     return out.astype(np.int8 if (qmin >= INT8_MIN and qmax <= INT8_MAX) else np.int32)
 
 
+def round_half_away(v: ArrayLike) -> np.ndarray:
+    """C's ``round`` / TFLite's ``TfLiteRound``: half away from zero, in the input's float type."""
+    a = np.asarray(v)
+    return np.sign(a) * np.floor(np.abs(a) + 0.5)
+
+
 def _round(v: np.ndarray, rounding: str) -> np.ndarray:
     if rounding == "half_even":
         return np.rint(v)
     if rounding == "half_away":
-        return np.sign(v) * np.floor(np.abs(v) + 0.5)
+        return round_half_away(v)
     raise ValueError(f"rounding must be 'half_even' or 'half_away', got {rounding!r}")
 
 

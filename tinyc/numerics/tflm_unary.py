@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from tinyc.numerics import gemmlowp
-from tinyc.numerics.fixed_point import INT32_MAX, multiply_by_quantized_multiplier, quantize_multiplier
+from tinyc.numerics.fixed_point import INT32_MAX, multiply_by_quantized_multiplier, quantize_multiplier, round_half_away
 
 #: the 256 int8 inputs, as int64
 Q = np.arange(-128, 128, dtype=np.int64)
@@ -32,9 +32,8 @@ def f32(v: float) -> float:
 
 
 def round_away(v: np.ndarray | float) -> np.ndarray:
-    """std::round / TfLiteRound: half away from zero."""
-    a = np.asarray(v, np.float64)
-    return np.sign(a) * np.floor(np.abs(a) + 0.5)
+    """std::round / TfLiteRound: half away from zero, evaluated in float64."""
+    return round_half_away(np.asarray(v, np.float64))
 
 
 def _table(v: np.ndarray) -> np.ndarray:

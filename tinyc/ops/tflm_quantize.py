@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from tinyc.ir import Graph, Node, QuantParams
+from tinyc.numerics.fixed_point import round_half_away
 from tinyc.ops.base import OpDef, OutputType, register
 
 
@@ -27,7 +28,7 @@ def tflm_quantize_golden(x: np.ndarray, scale: float, zp: int) -> np.ndarray:
     """The steps of the module docstring in numpy (float32 division, half-away rounding)."""
     with np.errstate(all="ignore"):
         v = (np.asarray(x, np.float32) / np.float32(scale)).astype(np.float32)
-        r = np.sign(v) * np.floor(np.abs(v) + np.float32(0.5))
+        r = round_half_away(v)
         ok = np.isfinite(r) & (r >= -(2.0**31)) & (r < 2.0**31)
         t = np.where(ok, np.where(ok, r, 0).astype(np.int64), -(2**31)) + int(zp)
     q = ((t + (1 << 31)) % (1 << 32)) - (1 << 31)

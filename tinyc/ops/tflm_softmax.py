@@ -27,6 +27,7 @@ from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node
 from tinyc.numerics import gemmlowp
 from tinyc.numerics.fixed_point import quantize_multiplier
+from tinyc.numerics.qparams import qparams_of
 from tinyc.ops.base import OpDef, OutputType, register
 
 #: gemmlowp formats of TFLite's int8 softmax: the scaled difference is F5, the sum F12.
@@ -76,10 +77,7 @@ def build_tflm_softmax(graph: Graph, name: str, x: str, out: str, beta: float, s
     xt, yt = graph.tensor(x), graph.tensor(out)
     if xt.dtype != "int8" or yt.dtype != "int8" or xt.quant is None or yt.quant is None:
         raise UnsupportedError(f"{where}: needs quantized int8 input and output")
-    s_out, zp_out = (
-        float(np.asarray(yt.quant.scale).reshape(-1)[0]),
-        int(np.asarray(yt.quant.zero_point).reshape(-1)[0]),
-    )
+    s_out, zp_out = qparams_of(graph, out)
     if zp_out != -128 or abs(s_out * 256.0 - 1.0) > 1e-6:
         raise UnsupportedError(
             f"{where}: int8 softmax output must have scale 1/256 and zero point -128 (has {s_out:g}, {zp_out})"
@@ -87,7 +85,7 @@ def build_tflm_softmax(graph: Graph, name: str, x: str, out: str, beta: float, s
     if not xt.shape or xt.shape[-1] >= 4096:
         raise UnsupportedError(f"{where}: rows of {xt.shape[-1] if xt.shape else 0} values (1..4095 supported)")
     try:
-        table = exp_table(beta, float(np.asarray(xt.quant.scale).reshape(-1)[0]))
+        table = exp_table(beta, qparams_of(graph, x)[0])
     except ValueError as exc:
         raise UnsupportedError(f"{where}: {exc}") from None
     t = graph.add_constant(graph.unique_name(f"{name}_exp"), table)

@@ -15,6 +15,7 @@ import numpy as np
 
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node, QuantParams, Tensor
+from tinyc.numerics.fixed_point import round_half_away
 from tinyc.frontend.tflite.reader import TflModel, TflOperator, TflTensor
 
 #: ActivationFunctionType values of the schema
@@ -39,10 +40,8 @@ def converts(*builtins: str) -> Callable[[Converter], Converter]:
     return deco
 
 
-def tflite_round(x: np.ndarray | float) -> np.ndarray:
-    """TfLiteRound / std::round: half away from zero (float in, float out)."""
-    a = np.asarray(x)
-    return np.sign(a) * np.floor(np.abs(a) + 0.5)
+#: TfLiteRound / std::round: half away from zero (float in, float out)
+tflite_round = round_half_away
 
 
 class TflContext:

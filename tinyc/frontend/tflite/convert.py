@@ -149,5 +149,6 @@ def import_tflite(model: str | os.PathLike | bytes, name: str | None = None) -> 
     g.remove_unused_tensors()
     from tinyc.ops.rounding import set_requant_rounding
 
+    # every requantizing node rounds as TFLite Micro does (double rounding): set here, once, for all converters
     set_requant_rounding(g, "tflite", overwrite=True)
     return g

@@ -144,7 +144,6 @@ def conv2d(ctx: TflContext) -> None:
         act_max=act_max,
         qdtype="int8",
         w_scale=[float(v) for v in s_w],
-        rounding="tflite",
     )
     ctx.add(node)
 
@@ -216,7 +215,6 @@ def fully_connected(ctx: TflContext) -> None:
                 act_min=act_min,
                 act_max=act_max,
                 w_scale=[float(v) for v in s_w],
-                rounding="tflite",
             )
         )
     if not direct:
@@ -242,20 +240,20 @@ def add(ctx: TflContext) -> None:
         source=ctx.name,
     )
     node.attrs["act_min"], node.attrs["act_max"] = ctx.act_range(y)
-    node.attrs["rounding"] = "tflite"
     ctx.add(node)
 
 
-@converts("AVERAGE_POOL_2D")
-def average_pool(ctx: TflContext) -> None:
-    x, y = ctx.tensor(0), ctx.out_tensor(0)
+def pool2d_attrs(ctx: TflContext, kind: str) -> dict[str, Any]:
+    """A "Pool" node's attrs (kind "avg" or "max") from Pool2DOptions on a 4-D NHWC input; TFLite
+    counts only in-bounds taps (count_include_pad 0) and pads SAME as ``same_or_valid_pads``."""
+    x = ctx.tensor(0)
     if len(x.shape) != 4:
         ctx.unsupported(f"input {list(x.shape)} must be 4-D (NHWC)")
     k = (int(ctx.opt("filter_height", 1)), int(ctx.opt("filter_width", 1)))
     s = (int(ctx.opt("stride_h", 1)), int(ctx.opt("stride_w", 1)))
     pads, _ = same_or_valid_pads(ctx, (x.shape[1], x.shape[2]), k, s, (1, 1))
-    attrs = dict(
-        kind="avg",
+    return dict(
+        kind=kind,
         kernel=list(k),
         strides=list(s),
         pads=pads,
@@ -265,6 +263,12 @@ def average_pool(ctx: TflContext) -> None:
         layout="NHWC",
         is_global=False,
     )
+
+
+@converts("AVERAGE_POOL_2D")
+def average_pool(ctx: TflContext) -> None:
+    x, y = ctx.tensor(0), ctx.out_tensor(0)
+    attrs = pool2d_attrs(ctx, "avg")
     if x.dtype == "float32":
         from tinyc.frontend.tflite.ops_float import float_pool
 

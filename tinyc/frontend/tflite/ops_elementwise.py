@@ -172,7 +172,6 @@ def mul(ctx: TflContext) -> None:
         source=ctx.name,
     )
     node.attrs["act_min"], node.attrs["act_max"] = ctx.act_range(ctx.out_tensor(0))
-    node.attrs["rounding"] = "tflite"
     ctx.add(node)
 
 
@@ -195,8 +194,7 @@ def sub(ctx: TflContext) -> None:
     except ValueError as exc:
         ctx.unsupported(f"SUB multipliers: {exc}")
     attrs = dataclasses.asdict(p)
-    del attrs["rounding"]
-    attrs["rounding"] = "tflite"
+    del attrs["rounding"]  # the C constant; the node names its rounding (TFLite's, set for the whole import)
     name = ctx.graph.unique_name(ctx.name)
     ctx.add(Node(name, "QAdd", [ctx.input(0), ctx.input(1)], [ctx.output(0)], attrs, source=ctx.name))  # type: ignore[list-item]
 

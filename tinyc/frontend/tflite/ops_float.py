@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from tinyc.frontend.tflite.context import TflContext, converts
-from tinyc.frontend.tflite.ops_core import same_or_valid_pads
+from tinyc.frontend.tflite.ops_core import pool2d_attrs
 
 
 def _require_float(ctx: TflContext, *tensors: Any) -> None:
@@ -209,22 +209,7 @@ def max_pool(ctx: TflContext) -> None:
     act_range clamp, applied as a 256-entry table (QLut) when it clips anything.
     """
     x, y = ctx.tensor(0), ctx.out_tensor(0)
-    if len(x.shape) != 4:
-        ctx.unsupported(f"input {list(x.shape)} must be 4-D (NHWC)")
-    k = (int(ctx.opt("filter_height", 1)), int(ctx.opt("filter_width", 1)))
-    s = (int(ctx.opt("stride_h", 1)), int(ctx.opt("stride_w", 1)))
-    pads, _ = same_or_valid_pads(ctx, (x.shape[1], x.shape[2]), k, s, (1, 1))
-    attrs = dict(
-        kind="max",
-        kernel=list(k),
-        strides=list(s),
-        pads=pads,
-        dilations=[1, 1],
-        ceil_mode=0,
-        count_include_pad=0,
-        layout="NHWC",
-        is_global=False,
-    )
+    attrs = pool2d_attrs(ctx, "max")
     if x.dtype == "float32":
         float_pool(ctx, attrs)
         return

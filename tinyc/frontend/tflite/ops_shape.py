@@ -537,7 +537,6 @@ def batch_matmul(ctx: TflContext) -> None:
             act_min=-128,
             act_max=127,
             w_scale=[float(s_b)] * n,
-            rounding="tflite",
         )
     )
 
