@@ -64,6 +64,8 @@ class TemplateOp(OpDef):  # @register (from tinyc.ops.base) on a real op
         """Raise UnsupportedError (naming the node) for what the C kernel cannot compute."""
         super().check_supported(node, graph)
 
+    stateful = False  # keeps a state across inferences when its attr keep_state is set (LSTM, SVDF)
+
     # -- layout and fusion (tinyc.passes) ----------------------------------------------------------
     layout_agnostic = False  # elementwise: the layout pass moves transposes across it
     channels_last_capable = False  # has an NHWC form: the layout pass calls to_channels_last

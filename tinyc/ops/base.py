@@ -121,6 +121,10 @@ class OpDef:
     def params(self, node: Node, graph: Graph) -> int:
         return sum(graph.tensor(i).size for i in node.inputs if i and graph.tensor(i).is_constant)
 
+    #: Carries a state from one inference to the next when asked (attr ``keep_state``; reset at every
+    #: inference otherwise): recurrent kernels such as TFLite's LSTM and SVDF.
+    stateful: bool = False
+
     # -- layout and fusion (tinyc.passes) -----------------------------------------------------
     #: Elementwise (or per position): the layout pass (passes/layout.py) moves a transpose across
     #: the node by transposing its constant operands, leaving the node itself as it is.

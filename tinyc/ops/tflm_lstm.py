@@ -120,6 +120,7 @@ class TflmLstm(OpDef):
 
     op = "TflmLstm"
     template = "tflm_lstm.c.j2"
+    stateful = True
     dtypes = ("int8",)
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:

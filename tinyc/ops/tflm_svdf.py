@@ -57,6 +57,7 @@ class TflmSvdf(OpDef):
 
     op = "TflmSvdf"
     template = "tflm_svdf.c.j2"
+    stateful = True
     dtypes = ("int8",)
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:

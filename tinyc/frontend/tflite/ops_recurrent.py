@@ -23,10 +23,8 @@ from tinyc.frontend.tflite.context import ACTIVATIONS, TflContext, converts
 from tinyc.ir import Graph
 from tinyc.numerics import fixed_point as arith
 from tinyc.numerics.tflm_recurrent import SIGMOID_TABLE_UINT16
+from tinyc.ops.base import get_op
 from tinyc.ops.tflm_svdf import FLOAT_ACTIVATIONS
-
-#: the IR ops that carry recurrent state (attr keep_state)
-RECURRENT_OPS = ("TflmLstm", "TflmSvdf", "TflmLstmF32", "TflmSvdfF32")
 
 #: TFLite's LSTM input indices: the state tensors and the variants TFLite Micro's kernel lacks
 _LSTM_HIDDEN, _LSTM_CELL = 18, 19
@@ -50,7 +48,7 @@ def set_keep_state(graph: Graph, keep: bool) -> int:
     Returns the number of nodes changed."""
     n = 0
     for node in graph.nodes:
-        if node.op in RECURRENT_OPS:
+        if get_op(node.op).stateful:
             node.attrs["keep_state"] = bool(keep)
             n += 1
     return n
