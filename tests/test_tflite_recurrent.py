@@ -183,7 +183,7 @@ def _tflm_stream(model: bytes, frames: list[np.ndarray]) -> list[np.ndarray]:
 def _host(model: bytes, frames: list[np.ndarray], tmp: Path, keep: bool) -> np.ndarray:
     """The generated host C run on the frames in order, in one loaded library."""
     import tinyc.api as api
-    from tinyc.frontend.tflite.ops_recurrent import set_keep_state
+    from tinyc.ops.state import set_keep_state
 
     path = tmp / "model.tflite"
     path.write_bytes(model)
@@ -197,7 +197,7 @@ def _host(model: bytes, frames: list[np.ndarray], tmp: Path, keep: bool) -> np.n
 
 def _golden_stream(model: bytes, frames: list[np.ndarray], keep: bool) -> list[np.ndarray]:
     from tinyc.frontend.tflite import import_tflite
-    from tinyc.frontend.tflite.ops_recurrent import set_keep_state
+    from tinyc.ops.state import set_keep_state
     from tinyc.passes import run_passes
     from tinyc.reference.executor import run_graph
 
@@ -293,3 +293,40 @@ def test_float32_svdf(rank: int, activation: str, c: bool, tmp_path: Path) -> No
     model, shape = svdf_model_f32(32, 2, 5, 3, rank, 4, activation)
     x = np.random.default_rng(9).normal(0, 1.0, shape).astype(np.float32)
     check_model(model, [x], tmp_path, c=c)
+
+
+def test_cli_keep_state_streams_like_tflm_without_reset(tmp_path: Path) -> None:
+    """`tinyc compile --keep-state`: the host program carries the SVDF state across the frames of one
+    run, as TFLite Micro invoked without reset; a model without a state refuses the flag."""
+    import subprocess
+    import sys
+
+    import tinyc.api as api
+
+    model, shape = svdf_model(24, 2, 5, 3, 2, 4)
+    rng = np.random.default_rng(8)
+    frames = [random_int8(shape, rng) for _ in range(3)]
+    path = tmp_path / "svdf.tflite"
+    path.write_bytes(model)
+    out = tmp_path / "keep"
+    r = subprocess.run(
+        [sys.executable, "-m", "tinyc", "compile", str(path), "-o", str(out), "--keep-state"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    name = api.load(str(path)).inputs[0]
+    got = np.asarray(next(iter(api.run(out, {name: np.stack(frames)}).values())))
+    want = _tflm_stream(model, frames)
+    assert not np.array_equal(want[2], tflm_run(model, [frames[2]])[0]), "the test needs the state to matter"
+    for k in range(3):
+        assert np.array_equal(got[k].reshape(want[k].shape), want[k])
+    x = T("x", (1, 4), "float32")
+    plain = tmp_path / "relu.tflite"
+    plain.write_bytes(single_op("RELU", [x], [T("y", (1, 4), "float32")]))
+    r = subprocess.run(
+        [sys.executable, "-m", "tinyc", "compile", str(plain), "-o", str(tmp_path / "p"), "--keep-state"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode != 0 and "no layer with a state" in r.stderr and "Traceback" not in r.stderr

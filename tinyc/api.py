@@ -75,6 +75,7 @@ def compile(
     schedules: Mapping[str, Mapping[str, Any]] | None = None,
     tuning_log: str | os.PathLike | None = None,
     device: str | None = None,
+    keep_state: bool = False,
 ) -> CompileResult:
     """Compile `model` to C in `output_dir` (sources, CMake project, report.json).
     quantize/calib/calib_method: see `load` (int8 post-training quantization).
@@ -86,7 +87,9 @@ def compile(
     tuning_log: a `tinyc tune` log; each layer takes the fastest exact schedule the log holds for
     this target (board) and layer, the default where it has none. schedules: explicit per-layer
     knob overrides (keyed by node or ONNX node name), applied last. device: with target "opencl"
-    and a tuning log, whose records to take ("platform:device"; default: the log's one device)."""
+    and a tuning log, whose records to take ("platform:device"; default: the log's one device).
+    keep_state: recurrent layers (LSTM, SVDF) carry their state from one inference to the next
+    (streaming) instead of starting from the reset state each time, as TFLite Micro does after reset()."""
     from tinyc.pipeline import choose_schedules, source_path, write_outputs
     from tinyc.targets.registry import get_target
 
@@ -98,6 +101,11 @@ def compile(
         graph, quant = prepare(
             model, input_shapes, name, io_layout, bind, quantize, calib, calib_method, io_dtype=io_dtype
         )
+    if keep_state:
+        from tinyc.ops.state import set_keep_state
+
+        if not set_keep_state(graph, True):
+            raise UsageError("--keep-state: the model has no layer with a state (LSTM, SVDF) to keep")
     out = Path(output_dir)
     tuned: dict[str, Any] = {}
     extra: dict[str, Any] = {}

@@ -52,6 +52,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         quantize=args.quantize,
         calib=args.calib,
         calib_method=args.calib_method,
+        keep_state=args.keep_state,
         board=args.board,
         board_dir=args.board_dir,
         format=args.format,
@@ -354,6 +355,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="int8: post-training quantization (needs --calib); auto (default): QDQ models run in "
         "int8 with their own scales; none: all float",
+    )
+    sp.add_argument(
+        "--keep-state",
+        action="store_true",
+        help="recurrent layers (LSTM, SVDF) keep their state from one inference to the next (streaming); "
+        "default: every inference starts from the reset state, as TFLite Micro after reset()",
     )
     sp.add_argument(
         "--io-dtype",

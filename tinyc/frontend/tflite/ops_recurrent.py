@@ -5,7 +5,8 @@ Their state tensors (LSTM hidden and cell state, SVDF activation state) are TFLi
 tensors, not graph inputs: tinyc keeps them inside the kernel. By default every inference starts
 from the state TFLite Micro resets variables to (``MicroInterpreter::Reset()``: the zero point of
 an int8 state, 0 otherwise, i.e. the real value 0); that makes the
-compiled model a pure function of its inputs. For streaming use, `set_keep_state` switches a graph's
+compiled model a pure function of its inputs. For streaming use, `tinyc compile --keep-state`
+(`tinyc.ops.state.set_keep_state`) switches a graph's
 recurrent nodes to keeping their state across inferences (static arrays in the generated C),
 which is TFLite Micro's behaviour when it is invoked repeatedly without a reset.
 
@@ -20,10 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from tinyc.frontend.tflite.context import ACTIVATIONS, TflContext, converts
-from tinyc.ir import Graph
 from tinyc.numerics import fixed_point as arith
 from tinyc.numerics.tflm_recurrent import SIGMOID_TABLE_UINT16
-from tinyc.ops.base import get_op
 from tinyc.ops.tflm_svdf import FLOAT_ACTIVATIONS
 
 #: TFLite's LSTM input indices: the state tensors and the variants TFLite Micro's kernel lacks
@@ -35,23 +34,6 @@ _LSTM_VARIANTS = {
 }
 _TANH = 4  # ActivationFunctionType.TANH
 _INT32_MAX = (1 << 31) - 1
-
-
-def set_keep_state(graph: Graph, keep: bool) -> int:
-    """Make every recurrent node of `graph` keep (True) or reset (False, the default) its state.
-
-    keep=False: each inference starts from the reset state (TFLite Micro after ``reset()``), so the
-    same input always gives the same output. keep=True: the state carries over from one inference
-    to the next, as when TFLite Micro's interpreter is invoked repeatedly without a reset (a stream
-    of frames); the generated C keeps it in static arrays and the golden model keeps it per node.
-    Call it on the imported graph before compiling (``tinyc.api.compile`` accepts the graph).
-    Returns the number of nodes changed."""
-    n = 0
-    for node in graph.nodes:
-        if get_op(node.op).stateful:
-            node.attrs["keep_state"] = bool(keep)
-            n += 1
-    return n
 
 
 def _qm(ctx: TflContext, real: float, what: str) -> tuple[int, int]:
