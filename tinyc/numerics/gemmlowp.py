@@ -20,7 +20,7 @@ from tinyc.numerics.fixed_point import INT32_MAX, INT32_MIN
 ArrayLike = np.ndarray | int
 
 
-def _wrap(x: np.ndarray) -> np.ndarray:
+def wrap32(x: ArrayLike) -> np.ndarray:
     """int64 -> the int32 value two's-complement arithmetic gives (gemmlowp's raw + and -)."""
     return ((np.asarray(x, np.int64) + (1 << 31)) % (1 << 32)) - (1 << 31)
 
@@ -64,13 +64,13 @@ def exp_on_interval_between_negative_one_quarter_and_0_excl(a: ArrayLike) -> np.
     """exp(a) for an F0 a in [-1/4, 0): a Taylor expansion around -1/8 (gemmlowp's constants)."""
     constant_term = 1895147668  # exp(-1/8) in F0
     constant_1_over_3 = 715827883
-    x = _wrap(np.asarray(a, np.int64) + (1 << 28))  # + 1/8
+    x = wrap32(np.asarray(a, np.int64) + (1 << 28))  # + 1/8
     x2 = srdhm(x, x)
     x3 = srdhm(x2, x)
     x4 = srdhm(x2, x2)
     x4_over_4 = mul_by_pot(x4, -2)
-    inner = mul_by_pot(_wrap(srdhm(_wrap(x4_over_4 + x3), constant_1_over_3) + x2), -1)
-    return _wrap(constant_term + srdhm(constant_term, _wrap(x + inner)))
+    inner = mul_by_pot(wrap32(srdhm(wrap32(x4_over_4 + x3), constant_1_over_3) + x2), -1)
+    return wrap32(constant_term + srdhm(constant_term, wrap32(x + inner)))
 
 
 #: exp(-2^k) in F0 for the barrel shifter, k = -2 .. 4
@@ -83,9 +83,9 @@ def exp_on_negative_values(a: ArrayLike, integer_bits: int) -> np.ndarray:
     frac = 31 - integer_bits
     one_quarter = 1 << (frac - 2)
     mask = one_quarter - 1
-    a_mod = _wrap((a & mask) - one_quarter)
+    a_mod = wrap32((a & mask) - one_quarter)
     result = exp_on_interval_between_negative_one_quarter_and_0_excl(mul_by_pot(a_mod, integer_bits))
-    remainder = _wrap(a_mod - a)
+    remainder = wrap32(a_mod - a)
     for exponent, multiplier in _BARREL:
         if integer_bits > exponent:
             bit = 1 << (frac + exponent)
@@ -102,11 +102,11 @@ def one_over_one_plus_x_for_x_in_0_1(a: ArrayLike) -> np.ndarray:
     constant_48_over_17 = 1515870810
     constant_neg_32_over_17 = -1010580540
     f2_one = 1 << 29
-    x = _wrap(constant_48_over_17 + srdhm(half_denominator, constant_neg_32_over_17))
+    x = wrap32(constant_48_over_17 + srdhm(half_denominator, constant_neg_32_over_17))
     for _ in range(3):
         half_denominator_times_x = srdhm(half_denominator, x)
-        one_minus = _wrap(f2_one - half_denominator_times_x)
-        x = _wrap(x + mul_by_pot(srdhm(x, one_minus), 2))
+        one_minus = wrap32(f2_one - half_denominator_times_x)
+        x = wrap32(x + mul_by_pot(srdhm(x, one_minus), 2))
     return mul_by_pot(x, 1)
 
 
@@ -128,5 +128,5 @@ def get_reciprocal(x: ArrayLike, x_integer_digits: int) -> tuple[np.ndarray, np.
     headroom_plus_one = count_leading_zeros(x64)
     num_bits_over_unit = x_integer_digits - headroom_plus_one
     shifted = ((x64 & 0xFFFFFFFF) << headroom_plus_one) & 0xFFFFFFFF
-    shifted_sum_minus_one = _wrap(shifted - (1 << 31))
+    shifted_sum_minus_one = wrap32(shifted - (1 << 31))
     return one_over_one_plus_x_for_x_in_0_1(shifted_sum_minus_one), num_bits_over_unit

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinyc.numerics import fixed_point as fp
 
 #: TFLite's sigmoid_table_uint16: sigmoid(i / 24) in 0.16 fixed point, i = 0..255.
 SIGMOID_TABLE_UINT16 = np.array(
@@ -335,13 +334,3 @@ def tanh_int16(x: np.ndarray, scale_power: int) -> np.ndarray:
     r = np.where(uh >= 255, 0xFFFF << 8, (ua << 8) + (a & 0xFF) * (ub - ua))
     r = np.where(v >= 0, r - (1 << 23) + (1 << 7), -r + (1 << 23) + (1 << 7) - 1)
     return to_int16(r >> 8)
-
-
-def mbqm(acc: np.ndarray, mult: int, shift: int) -> np.ndarray:
-    """TFLite's MultiplyByQuantizedMultiplier (double rounding) on int32 values, as int64."""
-    return np.asarray(fp.multiply_by_quantized_multiplier(np.asarray(acc, np.int64), mult, shift), np.int64)
-
-
-def wrap32(x: np.ndarray) -> np.ndarray:
-    """An int32 accumulator's two's complement wrap (what the C int32 sums give on overflow)."""
-    return np.asarray(x, np.int64).astype(np.int32).astype(np.int64)

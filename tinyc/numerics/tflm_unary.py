@@ -65,10 +65,6 @@ def qmul_signed(real: float, what: str) -> tuple[int, int]:
     return m, e
 
 
-def _wrap32(x: np.ndarray) -> np.ndarray:
-    return ((np.asarray(x, np.int64) + (1 << 31)) % (1 << 32)) - (1 << 31)
-
-
 # -- LOGISTIC / TANH (gemmlowp fixed point, reference_integer_ops) ----------------------------------------
 def _input_params(s_in: float) -> tuple[int, int, int]:
     """(multiplier, left_shift, range_radius) of TFLM's int8 logistic/tanh Prepare: the input in F4."""
@@ -84,10 +80,10 @@ def _input_params(s_in: float) -> tuple[int, int, int]:
 def _newton_f2(a: np.ndarray) -> np.ndarray:
     """The F2 Newton-Raphson iterate of gemmlowp's 1/(1+a) and (1-a)/(1+a), a an F0 raw in [0, 1)."""
     half_den = gemmlowp.rounding_half_sum(a, INT32_MAX)
-    x = _wrap32(1515870810 + gemmlowp.srdhm(half_den, -1010580540))
+    x = gemmlowp.wrap32(1515870810 + gemmlowp.srdhm(half_den, -1010580540))
     for _ in range(3):
-        one_minus = _wrap32((1 << 29) - gemmlowp.srdhm(half_den, x))
-        x = _wrap32(x + gemmlowp.mul_by_pot(gemmlowp.srdhm(x, one_minus), 2))
+        one_minus = gemmlowp.wrap32((1 << 29) - gemmlowp.srdhm(half_den, x))
+        x = gemmlowp.wrap32(x + gemmlowp.mul_by_pot(gemmlowp.srdhm(x, one_minus), 2))
     return x
 
 
@@ -97,10 +93,10 @@ def logistic_table(s_in: float, zp_in: int) -> np.ndarray:
     x = Q - zp_in
     a = mbqm(np.clip(x, -radius, radius), mult, shift)  # clipped values are overridden below
     pos = a > 0
-    abs_a = np.where(pos, a, _wrap32(-a))
-    e = gemmlowp.exp_on_negative_values(_wrap32(-abs_a), 4)
+    abs_a = np.where(pos, a, gemmlowp.wrap32(-a))
+    e = gemmlowp.exp_on_negative_values(gemmlowp.wrap32(-abs_a), 4)
     r_pos = gemmlowp.mul_by_pot(_newton_f2(e), 1)  # Rescale<0>(ExactMulByPot<-1>(x)): F1 -> F0
-    r_neg = _wrap32(INT32_MAX - r_pos)
+    r_neg = gemmlowp.wrap32(INT32_MAX - r_pos)
     r = np.where(a == 0, 1 << 30, np.where(pos, r_pos, r_neg))
     y = np.clip(gemmlowp.rdbpot(r, 23) - 128, -128, 127)
     y = np.where(x <= -radius, -128, np.where(x >= radius, 127, y))
@@ -114,10 +110,10 @@ def tanh_table(s_in: float, zp_in: int) -> np.ndarray:
     x = Q - zp_in
     a = mbqm(np.clip(x, -radius, radius), mult, shift)
     neg = a < 0
-    n = np.where(neg, a, _wrap32(-a))  # -|a|
+    n = np.where(neg, a, gemmlowp.wrap32(-a))  # -|a|
     e = gemmlowp.exp_on_negative_values(n, 5)  # ExactMulByPot<1>: the same raw read as F5
-    t = gemmlowp.mul_by_pot(_wrap32(_newton_f2(e) - (1 << 29)), 2)  # Rescale<0>(x - F2::One())
-    r = np.where(a == 0, 0, np.where(neg, _wrap32(-t), t))
+    t = gemmlowp.mul_by_pot(gemmlowp.wrap32(_newton_f2(e) - (1 << 29)), 2)  # Rescale<0>(x - F2::One())
+    r = np.where(a == 0, 0, np.where(neg, gemmlowp.wrap32(-t), t))
     y = np.clip(gemmlowp.rdbpot(r, 24), -128, 127)
     y = np.where(x <= -radius, -128, np.where(x >= radius, 127, y))
     return _table(y)
@@ -249,9 +245,9 @@ def _inv_sqrt(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     x = np.full(v.shape, 1 << 28, np.int64)
     for _ in range(5):
         x3 = gemmlowp.mul_by_pot(gemmlowp.srdhm(gemmlowp.srdhm(x, x), x), 6)
-        x = gemmlowp.mul_by_pot(_wrap32(gemmlowp.srdhm(half_three, x) - gemmlowp.srdhm(half_in, x3)), 3)
+        x = gemmlowp.mul_by_pot(gemmlowp.wrap32(gemmlowp.srdhm(half_three, x) - gemmlowp.srdhm(half_in, x3)), 3)
     x = gemmlowp.srdhm(x, 1518500250)
-    x = np.where(shift < 0, _wrap32(x << np.maximum(-shift, 0)), x)
+    x = np.where(shift < 0, gemmlowp.wrap32(x << np.maximum(-shift, 0)), x)
     shift = np.maximum(shift, 0)
     return x, -shift
 

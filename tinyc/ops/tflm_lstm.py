@@ -32,6 +32,8 @@ import numpy as np
 
 from tinyc.ir import Graph, Node
 from tinyc.numerics import tflm_recurrent as rq
+from tinyc.numerics.gemmlowp import wrap32
+from tinyc.numerics.tflm_unary import mbqm
 from tinyc.ops.base import OpDef, OutputType, register
 
 #: gate order of the weight, bias and multiplier arrays (TFLite's input tensor order)
@@ -86,19 +88,19 @@ def lstm_golden(
         hp = h - attrs["h_zp"]
         gates = []
         for g in range(4):
-            fi = rq.sat16(rq.mbqm(rq.wrap32(xt @ wi[g].T + b[g]), attrs["in_mult"][g], attrs["in_shift"][g]))
-            fr = rq.sat16(rq.mbqm(rq.wrap32(hp @ wr[g].T), attrs["rec_mult"][g], attrs["rec_shift"][g]))
+            fi = rq.sat16(mbqm(wrap32(xt @ wi[g].T + b[g]), attrs["in_mult"][g], attrs["in_shift"][g]))
+            fr = rq.sat16(mbqm(wrap32(hp @ wr[g].T), attrs["rec_mult"][g], attrs["rec_shift"][g]))
             gates.append(rq.sat16(fi + fr))
         ig, fg, og = (rq.sigmoid_int16(gates[k]) for k in (0, 1, 3))
         cg = rq.tanh_int16(gates[2], -12)
-        cf = rq.sat16(rq.mbqm(fg * c, attrs["fc_mult"], attrs["fc_shift"]))
-        ic = rq.sat16(rq.mbqm(ig * cg, attrs["ig_mult"], attrs["ig_shift"]))
+        cf = rq.sat16(mbqm(fg * c, attrs["fc_mult"], attrs["fc_shift"]))
+        ic = rq.sat16(mbqm(ig * cg, attrs["ig_mult"], attrs["ig_shift"]))
         c = rq.sat16(cf + ic)
         clip = attrs["cell_clip"]
         if clip > 0:
             c = np.clip(c, -clip, clip)
         th = rq.tanh_int16(c, attrs["cell_power"])
-        h = np.clip(rq.mbqm(th * og, attrs["oh_mult"], attrs["oh_shift"]) + attrs["h_zp"], -128, 127)
+        h = np.clip(mbqm(th * og, attrs["oh_mult"], attrs["oh_shift"]) + attrs["h_zp"], -128, 127)
         ys.append(h)
     y = np.stack(ys, axis=1)  # [B, T, S]
     if attrs["time_major"]:

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from tinyc.ir import Graph, Node
-from tinyc.numerics import tflm_recurrent as rq
+from tinyc.numerics.gemmlowp import wrap32
+from tinyc.numerics.tflm_unary import mbqm
 from tinyc.ops.base import CTYPES, OpDef, OutputType, register
 from tinyc.ops.tflm_lstm import STATES
 
@@ -39,13 +40,13 @@ def svdf_golden(
     s = np.asarray(state, np.int64).copy()
     s[:, :, :-1] = s[:, :, 1:]
     dot = (np.asarray(x, np.int64) - attrs["x_zp"]) @ np.asarray(wf, np.int64).T  # [B, F]
-    feat = np.clip(rq.mbqm(rq.wrap32(dot), attrs["mult_1"], attrs["shift_1"]), lo, hi) + attrs["state_zp"]
+    feat = np.clip(mbqm(wrap32(dot), attrs["mult_1"], attrs["shift_1"]), lo, hi) + attrs["state_zp"]
     s[:, :, -1] = feat.astype(attrs["state_dtype"]).astype(np.int64)  # the C store into T wraps
-    per_filter = rq.wrap32(((s - attrs["state_zp"]) * np.asarray(wt, np.int64)[None]).sum(axis=-1))  # [B, F]
+    per_filter = wrap32(((s - attrs["state_zp"]) * np.asarray(wt, np.int64)[None]).sum(axis=-1))  # [B, F]
     n_b, n_f = per_filter.shape
     rank = int(attrs["rank"])
-    acc = rq.wrap32(np.asarray(bias, np.int64)[None] + per_filter.reshape(n_b, n_f // rank, rank).sum(axis=-1))
-    y = np.clip(rq.mbqm(acc, attrs["mult_2"], attrs["shift_2"]) + attrs["y_zp"], -128, 127)
+    acc = wrap32(np.asarray(bias, np.int64)[None] + per_filter.reshape(n_b, n_f // rank, rank).sum(axis=-1))
+    y = np.clip(mbqm(acc, attrs["mult_2"], attrs["shift_2"]) + attrs["y_zp"], -128, 127)
     return y.astype(np.int8), s.astype(attrs["state_dtype"])
 
 
