@@ -697,11 +697,22 @@ def l2_normalization(ctx: TflContext) -> None:
 # -- log softmax --------------------------------------------------------------------------------------------
 @converts("LOG_SOFTMAX")
 def log_softmax(ctx: TflContext) -> None:
-    """float32 over the last axis: x - max - log(sum exp(x - max)), tinyc's Softmax node (kind logsoftmax).
-    int8 (TFLite's gemmlowp log_x_for_x_greater_than_or_equal_to_1 per row) is not implemented."""
+    """Over the last axis. float32: x - max - log(sum exp(x - max)), tinyc's Softmax node (kind logsoftmax).
+    int8: TFLite Micro's integer kernel (gemmlowp exp and log per row), tinyc's TflmLogSoftmax; TFLM requires
+    the output grid (16/256, 127) and an input scale its Prepare can turn into multipliers, refused otherwise."""
     x, y = ctx.tensor(0), ctx.out_tensor(0)
-    if x.dtype != "float32" or y.dtype != "float32":
-        ctx.unsupported(f"{x.dtype} LOG_SOFTMAX is not supported (float32 only)")
     if not x.shape:
         ctx.unsupported("a scalar input")
+    if x.dtype == "int8" and y.dtype == "int8":
+        from tinyc.ops.tflm_log_softmax import build_tflm_log_softmax
+
+        ctx.require_per_tensor(x, "input")
+        ctx.require_per_tensor(y, "output")
+        node = build_tflm_log_softmax(
+            ctx.graph, ctx.graph.unique_name(ctx.name), _in(ctx, 0), ctx.output(0), source=ctx.name
+        )
+        ctx.add(node)
+        return
+    if x.dtype != "float32" or y.dtype != "float32":
+        ctx.unsupported(f"{x.dtype} LOG_SOFTMAX is not supported (float32 and int8 only)")
     ctx.add(ctx.node("Softmax", [_in(ctx, 0)], [ctx.output(0)], kind="logsoftmax", axes=[len(x.shape) - 1]))
