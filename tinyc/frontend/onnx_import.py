@@ -19,7 +19,7 @@ import onnx
 from onnx import helper
 
 from tinyc.errors import ModelLoadError, ShapeError, TinycError, UnsupportedError
-from tinyc.frontend import validate
+from tinyc.frontend import functions, validate
 from tinyc.frontend.context import ImportContext
 from tinyc.ir import Graph, Node, Tensor
 from tinyc.ops.base import get_op, onnx_op
@@ -95,11 +95,22 @@ def parse_input_shapes(specs: Sequence[str] | Mapping[str, Sequence[int]] | None
     return out
 
 
+def _opsets(model: onnx.ModelProto) -> dict[str, int]:
+    """Opset version per domain ("" for the default ONNX domain)."""
+    out = {"": 1}
+    for o in model.opset_import:
+        out["" if o.domain == "ai.onnx" else o.domain] = int(o.version)
+    return out
+
+
 def _check_ops(model: onnx.ModelProto) -> None:
-    """One error listing every unsupported node, so users see the whole job at once."""
+    """One error listing every unsupported node, so users see the whole job at once. An op without a
+    kernel but with an ONNX function body is supported through its body (checked when it is expanded)."""
+    opsets = _opsets(model)
     bad = []
     for i, n in enumerate(model.graph.node):
-        if onnx_op(n.op_type, n.domain) is None:
+        dom = "" if n.domain == "ai.onnx" else n.domain
+        if onnx_op(n.op_type, n.domain) is None and not functions.has_function_body(n.op_type, dom, opsets.get(dom, 1)):
             dom = f"{n.domain}." if n.domain not in ("", "ai.onnx") else ""
             bad.append(f"'{n.name or f'#{i}'}' ({dom}{n.op_type})")
     if bad:
@@ -132,6 +143,8 @@ def import_onnx(
     else:
         default_name = model.graph.name or "model"
     shapes = parse_input_shapes(input_shapes)
+    if model.functions:  # model-local functions (exporters' custom blocks): inline them first
+        model = _inline_local_functions(model)
     # Validation up front (validate.py): what onnxruntime refuses is refused here, in one line.
     validate.validate_structure(model)
     opset = _opset(model)
@@ -194,12 +207,13 @@ def import_onnx(
         )
 
     used_names: set[str] = set()
+    opsets = _opsets(model)
     for idx, onode in enumerate(model.graph.node):
         node_name = onode.name or f"{onode.op_type}_{idx}"
         while node_name in used_names:
             node_name += "_"
         used_names.add(node_name)
-        _import_node(g, onode, opset, node_name)
+        _import_or_expand(g, onode, opsets, node_name, used_names, 0)
 
     for vi in model.graph.output:
         if vi.name not in g.tensors:
@@ -219,6 +233,75 @@ def import_onnx(
 
     set_requant_rounding(g, "half_even")
     return g
+
+
+def _inline_local_functions(model: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        import onnx.inliner
+
+        return onnx.inliner.inline_local_functions(model)
+    except Exception as exc:
+        raise ModelLoadError(f"could not inline the model's local functions: {exc}") from None
+
+
+def _import_or_expand(
+    g: Graph, onode: onnx.NodeProto, opsets: dict[str, int], node_name: str, used: set[str], depth: int
+) -> None:
+    """Import one node with its kernel; without a kernel, or when the kernel refuses this variant, import
+    its ONNX function body instead (recursively). The kernel's refusal stands if there is no body."""
+    dom = "" if onode.domain == "ai.onnx" else onode.domain
+    opset = opsets.get(dom, 1)
+    if onnx_op(onode.op_type, onode.domain) is not None:
+        try:
+            _import_node(g, onode, opsets.get("", 1), node_name)
+            return
+        except UnsupportedError as refusal:
+            # The kernel refuses this variant: its function body may still compile. If the body fails
+            # too, the kernel's reason is the one to show (it says e.g. which input must be constant).
+            if not functions.has_function_body(onode.op_type, dom, opset):
+                raise
+            try:
+                expanded = _expand(g, onode, opsets, node_name, used, depth)
+            except TinycError:
+                expanded = None
+            if expanded is None:
+                raise refusal from None
+            return
+    if _expand(g, onode, opsets, node_name, used, depth) is None:
+        dshow = f"{dom}." if dom else ""
+        raise UnsupportedError(f"node '{node_name}' ({dshow}{onode.op_type}): operator tinyc does not support")
+
+
+def _expand(
+    g: Graph, onode: onnx.NodeProto, opsets: dict[str, int], node_name: str, used: set[str], depth: int
+) -> bool | None:
+    """Import `onode`'s function body in its place; None when it has none (nothing imported then)."""
+    dom = "" if onode.domain == "ai.onnx" else onode.domain
+    if depth >= functions.MAX_DEPTH:
+        raise functions.refuse_depth(node_name, onode.op_type)
+    for i in onode.input:
+        if i and i not in g.tensors:
+            raise ModelLoadError(f"node '{node_name}' ({onode.op_type}) reads '{i}', which no earlier node produces")
+    types = [functions.type_proto(g.tensor(i).dtype, g.tensor(i).shape) if i else None for i in onode.input]
+    body = functions.function_body(onode, opsets.get(dom, 1), types)
+    if body is None:
+        return None
+
+    def unique(base: str) -> str:
+        name = base
+        while name in g.tensors or name in used:
+            name += "_"
+        used.add(name)
+        return name
+
+    inner = functions.body_opsets(body, opsets)
+    for bn in functions.inline(onode, body, unique, node_name, opsets.get(dom, 1)):
+        name = bn.name
+        while name in used:
+            name += "_"
+        used.add(name)
+        _import_or_expand(g, bn, inner, name, used, depth + 1)
+    return True
 
 
 def _import_node(g: Graph, onode: onnx.NodeProto, opset: int, node_name: str) -> None:
