@@ -1,0 +1,310 @@
+"""ONNX LSTM / GRU / RNN (tinyc/ops/rnn.py): every attribute against onnxruntime on host C, real
+recurrent models (a GRU keyword spotter, a 2-layer LSTM regressor, a bidirectional GRU) float vs
+onnxruntime, and their int8 forms (PTQ with calibration data) against float and bit for bit
+between the golden model and C, on the host and on the emulated Cortex-M4 board mps2-an386."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tinyc
+import tinyc.reference
+from util import ort_run
+
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+
+def _rel(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-6))
+
+
+def _layer(op: str, x: str, outs: list[str], n_i: int, n_h: int, n_d: int, r: np.random.Generator,
+           inits: list, name: str, scale: float = 0.5, bias: bool = True, extra_inputs: tuple = (), **attrs):
+    """One recurrent node with random constant weights (appended to `inits`)."""
+    g = GATES[op]
+    w = (r.standard_normal((n_d, g * n_h, n_i)) * scale / np.sqrt(n_i)).astype(np.float32)
+    rr = (r.standard_normal((n_d, g * n_h, n_h)) * scale / np.sqrt(n_h)).astype(np.float32)
+    inits += [numpy_helper.from_array(w, f"{name}_W"), numpy_helper.from_array(rr, f"{name}_R")]
+    ins = [x, f"{name}_W", f"{name}_R"]
+    if bias:
+        b = (r.standard_normal((n_d, 2 * g * n_h)) * 0.2).astype(np.float32)
+        inits.append(numpy_helper.from_array(b, f"{name}_B"))
+        ins.append(f"{name}_B")
+    ins += list(extra_inputs)
+    while ins and ins[-1] == "":
+        ins.pop()
+    return helper.make_node(op, ins, outs, name=name, hidden_size=n_h, **attrs)
+
+
+def _model(nodes, inputs: dict[str, tuple[int, ...]], outputs: list[str], inits) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "rnn", [helper.make_tensor_value_info(k, TensorProto.FLOAT, s) for k, s in inputs.items()],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    inferred = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+    del m.graph.output[:]
+    m.graph.output.extend(inferred.graph.output)
+    return m
+
+
+# -- attributes against onnxruntime -------------------------------------------------------------
+T, B, I, H = 5, 3, 4, 6
+
+CASES = {
+    "rnn_relu_bidir_layout1": ("RNN", dict(direction="bidirectional", layout=1, activations=["Relu", "Tanh"]), 2),
+    "rnn_seq_lens_reverse": ("RNN", dict(direction="reverse", seq=[5, 2, 3]), 2),
+    "gru_lbr_bidir": ("GRU", dict(direction="bidirectional", linear_before_reset=1), 2),
+    "gru_seq_lens_init_h_layout1": ("GRU", dict(layout=1, seq=[3, 5, 1], init_h=True), 2),
+    "gru_hardsigmoid_softsign": ("GRU", dict(activations=["HardSigmoid", "Softsign"], activation_alpha=[0.3],
+                                             activation_beta=[0.4]), 2),
+    "lstm_peephole_init_states_reverse": ("LSTM", dict(direction="reverse", peep=True, init_h=True, init_c=True), 3),
+    "lstm_bidir_layout1_all_outputs": ("LSTM", dict(direction="bidirectional", layout=1, init_h=True), 3),
+    "lstm_clip_input_forget_seq": ("LSTM", dict(clip=0.7, input_forget=1, seq=[2, 5, 4]), 3),
+    "lstm_runtime_h0_layout1": ("LSTM", dict(layout=1, runtime_h0=True), 3),
+    "lstm_only_y_c": ("LSTM", dict(outs=["", "", "Y_c"]), 3),
+}
+
+
+def _case_model(op: str, spec: dict, n_out: int) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    r = np.random.default_rng(abs(hash(op + str(sorted(spec)))) % 2**32)
+    spec = dict(spec)
+    n_d = 2 if spec.get("direction") == "bidirectional" else 1
+    layout = spec.get("layout", 0)
+    inits: list = []
+    xs = (B, T, I) if layout else (T, B, I)
+    st = (B, n_d, H) if layout else (n_d, B, H)
+    feeds = {"X": r.standard_normal(xs).astype(np.float32)}
+    extra = ["", "", "", "", ""]  # sequence_lens, initial_h, initial_c, P
+    if "seq" in spec:
+        inits.append(numpy_helper.from_array(np.array(spec.pop("seq"), np.int32), "seq"))
+        extra[0] = "seq"
+    if spec.pop("init_h", False):
+        inits.append(numpy_helper.from_array(r.standard_normal(st).astype(np.float32), "h0"))
+        extra[1] = "h0"
+    inputs = {"X": xs}
+    if spec.pop("runtime_h0", False):
+        feeds["h0"] = r.standard_normal(st).astype(np.float32)
+        inputs["h0"] = st
+        extra[1] = "h0"
+    if spec.pop("init_c", False):
+        inits.append(numpy_helper.from_array(r.standard_normal(st).astype(np.float32), "c0"))
+        extra[2] = "c0"
+    if spec.pop("peep", False):
+        inits.append(numpy_helper.from_array(r.standard_normal((n_d, 3 * H)).astype(np.float32), "P"))
+        extra[3] = "P"
+    outs = spec.pop("outs", ["Y", "Y_h", "Y_c"][:n_out])
+    node = _layer(op, "X", outs, I, H, n_d, r, inits, "L", scale=1.0, extra_inputs=tuple(extra[: 3 if op != "LSTM" else 4]),
+                  **spec)
+    return _model([node], inputs, [o for o in outs if o], inits), feeds
+
+
+def _ort_any_layout(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """onnxruntime's outputs; a layout-1 node (which onnxruntime refuses) runs as its layout-0 twin
+    on transposed inputs, initial states and outputs."""
+    node = model.graph.node[0]
+    if not any(a.name == "layout" and a.i == 1 for a in node.attribute):
+        return ort_run(model, feeds)
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    n = m.graph.node[0]
+    for a in n.attribute:
+        if a.name == "layout":
+            a.i = 0
+    swap = {"X": (1, 0, 2), "h0": (1, 0, 2), "c0": (1, 0, 2)}
+    for k, init in enumerate(m.graph.initializer):
+        if init.name in swap:
+            m.graph.initializer[k].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).transpose(1, 0, 2), init.name))
+    for vi in list(m.graph.input) + list(m.graph.output):
+        vi.type.tensor_type.ClearField("shape")
+    outs = ort_run(m, {k: v.transpose(swap[k]) for k, v in feeds.items()})
+    return [o.transpose(2, 0, 1, 3) if o.ndim == 4 else o.transpose(1, 0, 2) for o in outs]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_recurrent_attributes_match_onnxruntime(tmp_path, case):
+    op, spec, n_out = CASES[case]
+    model, feeds = _case_model(op, spec, n_out)
+    want = _ort_any_layout(model, feeds)
+    tinyc.compile(model, tmp_path / "m")
+    got = tinyc.run(tmp_path / "m", feeds)
+    names = [o.name for o in model.graph.output]
+    for name, w in zip(names, want):
+        np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5, err_msg=f"{case}: {name}")
+
+
+def test_time_loop_is_a_c_loop_and_state_in_scratch(tmp_path):
+    """The kernel does not grow with T (a loop, not unrolled steps); its state is arena scratch."""
+    sizes = []
+    for n_t in (4, 40):
+        r = np.random.default_rng(0)
+        inits: list = []
+        node = _layer("LSTM", "X", ["Y"], I, H, 1, r, inits, "L")
+        res = tinyc.compile(_model([node], {"X": (n_t, 1, I)}, ["Y"], inits), tmp_path / f"t{n_t}")
+        src = "".join(p.read_text() for p in (tmp_path / f"t{n_t}").glob("*.c") if "weights" not in p.name)
+        sizes.append(len(src))
+        assert res.report["arena_bytes"] >= 4 * n_t * H + 4 * H * (3 + 4)
+    assert abs(sizes[0] - sizes[1]) < 40
+
+
+def test_unsupported_forms_are_refused_with_the_node_name(tmp_path):
+    r = np.random.default_rng(1)
+    inits: list = []
+    node = _layer("GRU", "X", ["Y"], I, H, 1, r, inits, "odd", activations=["Sigmoid", "Gelu"])
+    with pytest.raises(tinyc.errors.UnsupportedError, match="node 'odd' \\(GRU\\).*Gelu"):
+        tinyc.compile(_model([node], {"X": (T, B, I)}, ["Y"], inits), tmp_path / "m")
+
+
+# -- real models -------------------------------------------------------------------------------
+def _gru_kws() -> onnx.ModelProto:
+    """49 MFCC frames x 10 -> GRU(64) -> last hidden state -> Gemm -> 12 keyword logits."""
+    r = np.random.default_rng(10)
+    inits: list = [numpy_helper.from_array(np.array([1, 64], np.int64), "flat"),
+                   numpy_helper.from_array((r.standard_normal((64, 12)) / 8).astype(np.float32), "fc_w"),
+                   numpy_helper.from_array((r.standard_normal(12) * 0.1).astype(np.float32), "fc_b")]
+    nodes = [helper.make_node("Transpose", ["mfcc"], ["tm"], perm=[1, 0, 2]),
+             _layer("GRU", "tm", ["", "h"], 10, 64, 1, r, inits, "gru", scale=1.2),
+             helper.make_node("Reshape", ["h", "flat"], ["hf"]),
+             helper.make_node("Gemm", ["hf", "fc_w", "fc_b"], ["logits"])]
+    return _model(nodes, {"mfcc": (1, 49, 10)}, ["logits"], inits)
+
+
+def _lstm_regressor() -> onnx.ModelProto:
+    """20 steps x 8 features -> LSTM(32) -> LSTM(32) -> last hidden state -> Gemm -> 1 value."""
+    r = np.random.default_rng(11)
+    inits: list = [numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+                   numpy_helper.from_array(np.array([1, 32], np.int64), "flat"),
+                   numpy_helper.from_array((r.standard_normal((32, 1)) / 4).astype(np.float32), "fc_w"),
+                   numpy_helper.from_array(np.zeros(1, np.float32), "fc_b")]
+    nodes = [_layer("LSTM", "x", ["y1"], 8, 32, 1, r, inits, "lstm1", scale=1.2),
+             helper.make_node("Squeeze", ["y1", "ax1"], ["s1"]),
+             _layer("LSTM", "s1", ["", "h2"], 32, 32, 1, r, inits, "lstm2", scale=1.2),
+             helper.make_node("Reshape", ["h2", "flat"], ["hf"]),
+             helper.make_node("Gemm", ["hf", "fc_w", "fc_b"], ["value"])]
+    return _model(nodes, {"x": (20, 1, 8)}, ["value"], inits)
+
+
+def _bigru() -> onnx.ModelProto:
+    """16 steps x 12 -> bidirectional GRU(24) -> both final states -> Gemm -> 5 classes."""
+    r = np.random.default_rng(12)
+    inits: list = [numpy_helper.from_array(np.array([1, 48], np.int64), "flat"),
+                   numpy_helper.from_array((r.standard_normal((48, 5)) / 5).astype(np.float32), "fc_w"),
+                   numpy_helper.from_array(np.zeros(5, np.float32), "fc_b")]
+    nodes = [_layer("GRU", "x", ["", "h"], 12, 24, 2, r, inits, "bigru", scale=1.2, direction="bidirectional"),
+             helper.make_node("Transpose", ["h"], ["ht"], perm=[1, 0, 2]),
+             helper.make_node("Reshape", ["ht", "flat"], ["hf"]),
+             helper.make_node("Gemm", ["hf", "fc_w", "fc_b"], ["logits"])]
+    return _model(nodes, {"x": (16, 1, 12)}, ["logits"], inits)
+
+
+def _structured(shape: tuple[int, ...], n: int, seed: int, classes: int = 12) -> np.ndarray:
+    """n inputs of `shape` ([.., T, F] sequence last-but-one): class templates (smooth random
+    trajectories over time) plus noise, so a classifier sees distinct, realistic-looking sequences."""
+    r = np.random.default_rng(seed)
+    t_axis = [i for i, d in enumerate(shape) if d > 1][0]
+    n_t, n_f = shape[t_axis], int(np.prod(shape)) // shape[t_axis]
+    tpl = np.cumsum(r.standard_normal((classes, n_t, n_f)) * 0.3, axis=1)
+    lab = r.integers(0, classes, n)
+    x = tpl[lab] + r.standard_normal((n, n_t, n_f)) * 0.3
+    x = x.reshape((n, n_t) + tuple(d for i, d in enumerate(shape) if i != t_axis))
+    return np.moveaxis(x, 1, 1 + t_axis).astype(np.float32).reshape((n,) + shape)
+
+
+MODELS = {"gru_kws": (_gru_kws, "mfcc", True), "lstm_regressor": (_lstm_regressor, "x", False),
+          "bigru": (_bigru, "x", True)}
+
+
+def _batch_ort(model: onnx.ModelProto, name: str, x: np.ndarray) -> np.ndarray:
+    return np.stack([ort_run(model, {name: v})[0] for v in x])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_real_recurrent_models_float_and_int8(tmp_path, name):
+    """Float C vs onnxruntime (relative error < 1e-4); int8 PTQ (calibrated on other inputs of
+    the same structure) vs float: top-1 agreement >= 99% for the classifiers, output correlation
+    for the regressor; the int8 golden model equals the int8 C bit for bit."""
+    make, inp, classifies = MODELS[name]
+    model = make()
+    shape = tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
+    x, calib = _structured(shape, 300, 1), _structured(shape, 100, 2)
+    out = model.graph.output[0].name
+    want = _batch_ort(model, inp, x)
+    tinyc.compile(model, tmp_path / "f")
+    got = tinyc.run(tmp_path / "f", {inp: x})[out].reshape(want.shape)
+    rel = _rel(got, want)
+    assert rel < 1e-4, rel
+    np.savez(tmp_path / "calib.npz", **{inp: calib})
+    res = tinyc.compile(model, tmp_path / "q", quantize="int8", calib=tmp_path / "calib.npz")
+    q = tinyc.run(tmp_path / "q", {inp: x})[out].reshape(want.shape)
+    ops = [n.op for n in res.graph.nodes]
+    if name == "lstm_regressor":
+        assert ops.count("TflmLstm") == 2 and "LSTM" not in ops, ops
+    if classifies:
+        agree = float(np.mean(q.reshape(len(x), -1).argmax(1) == want.reshape(len(x), -1).argmax(1)))
+        assert agree >= 0.99, agree
+    else:
+        agree = float(np.corrcoef(q.reshape(-1), want.reshape(-1))[0, 1])
+        assert agree > 0.98 and np.mean(np.abs(q - want)) < 0.1 * np.std(want), agree
+    for v, c_out in zip(x[:8], q[:8]):
+        gold = tinyc.reference.run_graph(res.graph, {inp: v})[out]
+        np.testing.assert_array_equal(gold.reshape(c_out.shape), c_out)
+    print(f"{name}: float rel err {rel:.2e}; int8 {'top-1 agreement' if classifies else 'correlation'} {agree:.4f}, "
+          f"mean |int8 - float| {np.mean(np.abs(q - want)):.4f}; int8 arena {res.report['arena_bytes']} B; ops {ops}")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None,
+                    reason="needs qemu-system-arm and arm-none-eabi-gcc")
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_real_recurrent_models_int8_on_cortex_m4(tmp_path, name):
+    """The int8 models on the emulated Cortex-M4 (mps2-an386): the board's outputs equal the
+    golden model bit for bit (validate); one firmware per model."""
+    make, inp, _ = MODELS[name]
+    model = make()
+    shape = tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
+    np.savez(tmp_path / "calib.npz", **{inp: _structured(shape, 100, 2)})
+    res = tinyc.compile(model, tmp_path / "fw", board="mps2-an386", quantize="int8", calib=tmp_path / "calib.npz",
+                        build=True)
+    v = tinyc.validate(tmp_path / "fw", {inp: _structured(shape, 2, 3)})
+    (_, e), = v["outputs"].items()
+    assert e["bit_exact_vs_golden"], v
+    print(f"{name} on mps2-an386: {v['per_inference']:,.0f} instructions, arena {res.report['arena_bytes']:,} B, "
+          f"flash {res.report['flash_bytes']:,} B, max diff vs onnxruntime {e.get('max_abs_diff_vs_onnxruntime')}")
+
+
+@pytest.mark.parametrize("layout, direction", [(1, "forward"), (0, "bidirectional")])
+def test_int8_lstm_is_tflm_lstm_or_stays_float_with_a_reason(tmp_path, layout, direction):
+    """A standard LSTM (here batch-major, Y and Y_h read) lowers to TFLite Micro's integer LSTM and
+    the C equals the golden model bit for bit; a bidirectional one stays float, with the reason in
+    the quantization report."""
+    r = np.random.default_rng(5)
+    inits: list = []
+    n_d = 2 if direction == "bidirectional" else 1
+    node = _layer("LSTM", "X", ["Y", "Y_h"], I, H, n_d, r, inits, "L", layout=layout, direction=direction)
+    xs = (B, T, I) if layout else (T, B, I)
+    model = _model([node], {"X": xs}, ["Y", "Y_h"], inits)
+    x = r.standard_normal((40,) + xs).astype(np.float32)
+    np.savez(tmp_path / "calib.npz", X=x[:30])
+    res = tinyc.compile(model, tmp_path / "q", quantize="int8", calib=tmp_path / "calib.npz")
+    ops = [n.op for n in res.graph.nodes]
+    got = tinyc.run(tmp_path / "q", {"X": x[30:]})
+    want = [np.stack(v) for v in zip(*(_ort_any_layout(model, {"X": v}) for v in x[30:]))]
+    if direction == "forward":
+        assert "TflmLstm" in ops and "LSTM" not in ops, ops
+        for k, v in enumerate(x[30:33]):
+            gold = tinyc.reference.run_graph(res.graph, {"X": v})
+            for name in ("Y", "Y_h"):
+                np.testing.assert_array_equal(gold[name], got[name][k])
+        y_last = want[0][:, :, -1] if layout else want[0][:, -1]
+        np.testing.assert_allclose(want[1], y_last.reshape(want[1].shape), rtol=1e-6)
+    else:
+        assert "LSTM" in ops
+        report = json.dumps(res.report)
+        assert "direction bidirectional (forward only" in report, report[:2000]
+    for name, w in zip(("Y", "Y_h"), want):
+        assert np.max(np.abs(got[name] - w)) < 0.1, name
