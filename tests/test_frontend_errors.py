@@ -32,24 +32,27 @@ def test_not_an_onnx_file(tmp_path, capsys):
 def test_every_unsupported_op_listed_with_node_names(tmp_path):
     nodes = [
         helper.make_node("Relu", ["x"], ["a"], name="ok_relu"),
-        helper.make_node("NonMaxSuppression", ["a", "a"], ["b"], name="nms_1"),
-        helper.make_node("Einsum", ["a", "a"], ["c"], name="einsum_7", equation="ij,ij->ij"),
+        helper.make_node("ImageDecoder", ["a"], ["b"], name="decode_1"),
+        helper.make_node("StringSplit", ["a"], ["c"], name="split_7"),
         helper.make_node("Add", ["b", "c"], ["y"], name="add"),
     ]
     model = make_model(nodes, [("x", [2, 2])], [("y", [2, 2])])
     with pytest.raises(UnsupportedError) as exc:
         tinyc.load(model)
     msg = str(exc.value)
-    assert "'nms_1' (NonMaxSuppression)" in msg and "'einsum_7' (Einsum)" in msg
+    assert "'decode_1' (ImageDecoder)" in msg and "'split_7' (StringSplit)" in msg
     assert msg.startswith("2 node(s)")
 
 
 def test_unsupported_attribute_names_node():
-    model = make_model([helper.make_node("MaxPool", ["x"], ["y", "idx"], name="pool_with_indices",
-                                         kernel_shape=[2, 2])],
-                       [("x", [1, 1, 4, 4])], [("y", [1, 1, 3, 3])])
-    model.graph.output.append(helper.make_tensor_value_info("idx", TensorProto.INT64, [1, 1, 3, 3]))
-    with pytest.raises(UnsupportedError, match="pool_with_indices"):
+    """Pre-opset-14 BatchNormalization in training mode also returns saved statistics: refused by name."""
+    c = {k: np.ones(2, np.float32) for k in ("s", "b", "m", "v")}
+    model = make_model([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"],
+                                         ["y", "rm", "rv", "sm", "sv"], name="bn_training")],
+                       [("x", [1, 2, 3, 3])], [("y", [1, 2, 3, 3])], initializers=c, opset=12)
+    for name in ("rm", "rv", "sm", "sv"):
+        model.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, [2]))
+    with pytest.raises(UnsupportedError, match="bn_training.*saved statistics"):
         tinyc.load(model)
 
 
