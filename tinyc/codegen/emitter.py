@@ -141,7 +141,9 @@ def activation_expr(node: Node) -> Callable[[str], str]:
 
 
 def _weight_literals(data: np.ndarray, ct: str) -> str:
-    flat = data.reshape(-1)
+    from tinyc.numerics.dtypes import storage_view  # narrow types (float16, int4...) as their bits
+
+    flat = storage_view(data).reshape(-1)
     if ct in ("float", "double"):
         items = [c_float(v) for v in flat.astype(np.float32)]
     elif data.dtype == np.bool_:
@@ -159,137 +161,253 @@ def _weight_literals(data: np.ndarray, ct: str) -> str:
 WEIGHT_ALIGN = 64
 
 
+class _Weights:
+    """The model's const arrays (top level and control-flow bodies), each constant once, in the
+    order code first uses them, with its offset in the packed blob."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.syms: dict[tuple[str, int], str] = {}
+        self.items: list[dict[str, Any]] = []
+        self.packed = 0  # the next free offset in the packed weights blob
+
+    def symbol(self, t: Tensor) -> str:
+        # a body's copy of an outer constant shares its data: one array for both
+        key = (t.name, id(t.data))
+        if key not in self.syms:
+            sym = f"{self.prefix}_w{len(self.syms)}"
+            self.syms[key] = sym
+            ct = ctype(t.dtype)
+            data = t.data if t.data is not None else np.zeros(t.shape, t.dtype)
+            self.items.append(
+                {
+                    "sym": sym,
+                    "ctype": ct,
+                    "count": max(1, t.size),
+                    "tensor": t.name,
+                    "shape": t.shape,
+                    "literals": _weight_literals(data if t.size else np.zeros(1, data.dtype), ct),
+                    "bytes": t.nbytes,
+                    "offset": self.packed,
+                }
+            )
+            self.packed += -(-max(1, t.nbytes) // WEIGHT_ALIGN) * WEIGHT_ALIGN
+        return self.syms[key]
+
+    def offset(self, t: Tensor) -> int:
+        sym = self.symbol(t)
+        return int(next(w["offset"] for w in self.items if w["sym"] == sym))
+
+
+@dataclass
+class _Scope:
+    """Where a graph's tensors are, as C expressions: the top level's in the arena, a body's in
+    its node's scratch (`base` "scratch"), a body's outer tensors in its kernel's parameters."""
+
+    graph: Graph
+    layout: MemoryLayout
+    weights: _Weights
+    base: str = "arena"  # the byte pointer the layout's offsets count from
+    outer: dict[str, str] = field(default_factory=dict)  # outer tensor (layout.external) -> C expression
+
+    def pointer(self, name: str, writable: bool) -> str:
+        t = self.graph.tensor(name)
+        if t.is_constant:
+            return self.weights.symbol(t)
+        if name in self.layout.external:
+            return self.outer[self.layout.external[name]]
+        off = self.layout.offset_of(name)
+        return f"({'' if writable else 'const '}{ctype(t.dtype)} *)({self.base} + {off})"
+
+    def place(self, name: str) -> tuple[str, int]:
+        """(base, byte offset) of a tensor for dialects that address buffers, not C symbols."""
+        t = self.graph.tensor(name)
+        if t.is_constant:
+            return "weights", self.weights.offset(t)
+        if name in self.layout.external:
+            return "arena", -1  # only in bodies, which compile to C only (no buffer addressing)
+        return "arena", self.layout.offset_of(name)
+
+    def arena_range(self, name: str) -> tuple[int, int] | None:
+        t = self.graph.tensor(name)
+        if t.is_constant or name in self.layout.external:
+            return None
+        off = self.layout.offset_of(name)
+        return off, off + t.nbytes
+
+
+def _render_layer(
+    env: jinja2.Environment,
+    dialect: Dialect,
+    target: str,
+    prefix: str,
+    scope: _Scope,
+    idx: int,
+    fn: str,
+    node: Node,
+    sched: dict[str, Any],
+) -> Layer:
+    """One node's kernel function (a control-flow node's with its body's kernels before it)."""
+    graph, layout = scope.graph, scope.layout
+    opdef = get_op(node.op)
+    opdef.check_supported(node, graph)
+    if opdef.template is None:
+        raise UnsupportedError(f"node '{node.source or node.name}' ({node.op}) has no C kernel")
+    ins: list[TensorView | None] = []  # None: an absent optional input or output
+    outs: list[TensorView | None] = []
+    params: list[KernelParam] = []
+    for i, name in enumerate(node.inputs):
+        if not name:
+            ins.append(None)
+            continue
+        t = graph.tensor(name)
+        pname = f"in{i}"
+        ins.append(TensorView(name, t.shape, t.dtype, ctype(t.dtype), pname, t.is_constant, t.data))
+        shared = (not t.is_constant) and any(
+            _overlap(scope.arena_range(name), scope.arena_range(o)) for o in node.outputs if o
+        )
+        params.append(
+            KernelParam(pname, ctype(t.dtype), True, not shared, scope.pointer(name, False), *scope.place(name))
+        )
+    for j, name in enumerate(node.outputs):
+        if not name:
+            outs.append(None)
+            continue
+        t = graph.tensor(name)
+        pname = f"out{j}"
+        outs.append(TensorView(name, t.shape, t.dtype, ctype(t.dtype), pname, False))
+        shared = any(_overlap(scope.arena_range(i), scope.arena_range(name)) for i in node.inputs if i)
+        params.append(
+            KernelParam(pname, ctype(t.dtype), False, not shared, scope.pointer(name, True), *scope.place(name))
+        )
+    scratch = layout.scratch.get(node.name)
+    if scratch is not None:
+        off = layout.offsets[scratch]
+        params.append(KernelParam("scratch", "uint8_t", False, True, f"({scope.base} + {off})", "arena", off))
+    ctx = dict(
+        fn=fn,
+        node=node,
+        attrs=node.attrs,
+        schedule=sched,
+        ins=ins,
+        outs=outs,
+        params=params,
+        act=activation_expr(node),
+        dialect_macros=dialect.macros,
+        has_scratch=scratch is not None,
+        prefix=prefix,
+    )
+    ctx.update(opdef.kernel_context(node, graph, sched, target))
+    wiring = getattr(opdef, "body_wiring", None)
+    if wiring is not None:
+        ctx.update(_body_context(env, dialect, target, prefix, scope, fn, node, wiring(node, graph)))
+    try:
+        code, launch = render_kernel(env.get_template(f"kernels/{opdef.template}"), ctx)
+    except jinja2.TemplateError as exc:
+        raise UnsupportedError(
+            f"node '{node.source or node.name}' ({node.op}): kernel template {opdef.template} failed: {exc}"
+        ) from exc
+    shapes = ", ".join("x".join(map(str, graph.tensor(o).shape)) or "scalar" for o in node.outputs if o)
+    src = node.source or node.name
+    # model-given text (the node name; knob values may come from a tuning log) is escaped
+    comment = f"layer {idx}: {c_comment(node.op)} '{c_comment(src)}' -> {shapes}" + (
+        f" schedule {c_comment(sched, 400)}" if sched else ""
+    )
+    return Layer(idx, node, fn, code.rstrip() + "\n", params, comment, c_string_literal(src), launch)
+
+
+def _body_context(
+    env: jinja2.Environment, dialect: Dialect, target: str, prefix: str, scope: _Scope, fn: str, node: Node, w: Any
+) -> dict[str, Any]:
+    """Template variables of a Loop/Scan kernel (templates/kernels/loop.c.j2): its body's kernels
+    rendered once (static functions called every iteration, their tensors in this node's scratch)
+    and the copies that move states and scan slices in and out (tinyc.ops.control_flow)."""
+    where = f"node '{node.source or node.name}' ({node.op})"
+    if dialect.name != "c":
+        raise UnsupportedError(f"{where}: control flow compiles to C targets only, not {dialect.name}")
+    body: Graph = node.attrs["body"]
+    sub = scope.layout.subplans[node.name]
+    bscope = _Scope(body, sub, scope.weights, "scratch", {name: f"in{k}" for k, name in w.outer})
+    codes, calls = [], []
+    for i, bnode in enumerate(n for n in body.nodes if not get_op(n.op).alias):
+        bfn = f"{fn}_b{i}_{c_identifier(bnode.op).lower()}"
+        layer = _render_layer(env, dialect, target, prefix, bscope, i, bfn, bnode, {})
+        codes.append(f"/* body of {c_comment(node.source or node.name)}, {layer.comment} */\n{layer.code}")
+        calls.append(f"{layer.fn}({', '.join(p.arg for p in layer.params)});")
+
+    def ptr(name: str, writable: bool) -> str:
+        return f"({bscope.pointer(name, writable)})"
+
+    def size(name: str) -> int:
+        return body.tensor(name).size
+
+    def buf(name: str) -> str | None:
+        t = body.tensor(name)
+        return None if t.is_constant or name in sub.external else sub.buffer_of(name)
+
+    # Carried states are copied back one after another: a state output stored in another state's
+    # input (the body swaps two states) would be overwritten before it is copied.
+    state_bufs = {buf(inp) for _, inp in w.carry}
+    carry = []
+    for out, inp in w.carry:
+        if buf(out) == buf(inp):
+            continue  # the body hands the state back unchanged, in place
+        if buf(out) in state_bufs:
+            raise UnsupportedError(f"{where}: the body returns one loop-carried input as another state")
+        carry.append({"dst": ptr(inp, True), "src": ptr(out, False), "count": size(inp)})
+
+    def moves(items: list[Any], outgoing: bool) -> list[dict[str, Any]]:
+        return [
+            {
+                "body": ptr(m.body, outgoing is False),
+                "node": f"{'out' if outgoing else 'in'}{m.port}",
+                "outer": m.outer,
+                "steps": m.steps,
+                "inner": m.inner,
+                "reverse": m.reverse,
+            }
+            for m in items
+            if m.outer * m.inner > 0 and (not outgoing or node.outputs[m.port])  # "": an output not asked for
+        ]
+
+    return {
+        "body_code": "\n".join(codes),
+        "calls": calls,
+        "trip": w.trip,
+        "init": [{"dst": ptr(b, True), "src": f"in{k}", "count": size(b)} for k, b in w.init if size(b)],
+        "counter": ptr(w.counter, True) if w.counter else None,
+        "flag": ptr(w.flag, True) if w.flag else None,
+        "slices_in": moves(w.slices_in, False),
+        "slices_out": moves(w.slices_out, True),
+        "carry": [c for c in carry if c["count"]],
+        "final": [
+            {"dst": f"out{j}", "src": ptr(b, False), "count": size(b)}
+            for b, j in w.final
+            if size(b) and node.outputs[j]
+        ],
+    }
+
+
 def generate_c(
     graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str, Any]], prefix: str, dialect: Dialect, target: str
 ) -> GeneratedModel:
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", prefix):
         raise ValueError(f"C prefix {prefix!r} is not an identifier (tinyc.numerics.text.c_prefix makes one)")
     env = _env()
-    weight_syms: dict[str, str] = {}
-    weights: list[dict[str, Any]] = []
-    packed = [0]  # the next free offset in the packed weights blob
-
-    def weight(name: str) -> str:
-        if name not in weight_syms:
-            t = graph.tensor(name)
-            sym = f"{prefix}_w{len(weight_syms)}"
-            weight_syms[name] = sym
-            ct = ctype(t.dtype)
-            data = t.data if t.data is not None else np.zeros(t.shape, t.dtype)
-            weights.append(
-                {
-                    "sym": sym,
-                    "ctype": ct,
-                    "count": max(1, t.size),
-                    "tensor": name,
-                    "shape": t.shape,
-                    "literals": _weight_literals(data if t.size else np.zeros(1, data.dtype), ct),
-                    "bytes": t.nbytes,
-                    "offset": packed[0],
-                }
-            )
-            packed[0] += -(-max(1, t.nbytes) // WEIGHT_ALIGN) * WEIGHT_ALIGN
-        return weight_syms[name]
-
-    def place(name: str) -> tuple[str, int]:
-        """(base, byte offset) of a tensor for dialects that address buffers, not C symbols."""
-        if graph.tensor(name).is_constant:
-            sym = weight(name)
-            return "weights", next(w["offset"] for w in weights if w["sym"] == sym)
-        return "arena", layout.offsets[layout.buffer_of(name)]
-
-    def pointer(name: str, writable: bool) -> str:
-        t = graph.tensor(name)
-        ct = ctype(t.dtype)
-        if t.is_constant:
-            return weight(name)
-        off = layout.offsets[layout.buffer_of(name)]
-        return f"({'' if writable else 'const '}{ct} *)(arena + {off})"
-
-    def arena_range(name: str) -> tuple[int, int] | None:
-        t = graph.tensor(name)
-        if t.is_constant:
-            return None
-        off = layout.offsets[layout.buffer_of(name)]
-        return off, off + t.nbytes
-
+    weights = _Weights(prefix)
+    scope = _Scope(graph, layout, weights)
     layers: list[Layer] = []
     code_nodes = [n for n in graph.nodes if not get_op(n.op).alias]
     for idx, node in enumerate(code_nodes):
-        opdef = get_op(node.op)
-        opdef.check_supported(node, graph)
-        if opdef.template is None:
-            raise UnsupportedError(f"node '{node.source or node.name}' ({node.op}) has no C kernel")
-        sched = schedules.get(node.name, {})
-        ins: list[TensorView | None] = []  # None: an absent optional input or output
-        outs: list[TensorView | None] = []
-        params: list[KernelParam] = []
-        for i, name in enumerate(node.inputs):
-            if not name:
-                ins.append(None)
-                continue
-            t = graph.tensor(name)
-            pname = f"in{i}"
-            ins.append(TensorView(name, t.shape, t.dtype, ctype(t.dtype), pname, t.is_constant, t.data))
-            shared = (not t.is_constant) and any(_overlap(arena_range(name), arena_range(o)) for o in node.outputs if o)
-            params.append(KernelParam(pname, ctype(t.dtype), True, not shared, pointer(name, False), *place(name)))
-        for j, name in enumerate(node.outputs):
-            if not name:
-                outs.append(None)
-                continue
-            t = graph.tensor(name)
-            pname = f"out{j}"
-            outs.append(TensorView(name, t.shape, t.dtype, ctype(t.dtype), pname, False))
-            shared = any(_overlap(arena_range(i), arena_range(name)) for i in node.inputs if i)
-            params.append(KernelParam(pname, ctype(t.dtype), False, not shared, pointer(name, True), *place(name)))
-        scratch = layout.scratch.get(node.name)
-        if scratch is not None:
-            params.append(
-                KernelParam(
-                    "scratch",
-                    "uint8_t",
-                    False,
-                    True,
-                    f"(arena + {layout.offsets[scratch]})",
-                    "arena",
-                    layout.offsets[scratch],
-                )
-            )
         fn = f"layer{idx}_{c_identifier(node.op).lower()}"
-        ctx = dict(
-            fn=fn,
-            node=node,
-            attrs=node.attrs,
-            schedule=sched,
-            ins=ins,
-            outs=outs,
-            params=params,
-            act=activation_expr(node),
-            dialect_macros=dialect.macros,
-            has_scratch=scratch is not None,
-            prefix=prefix,
-        )
-        ctx.update(opdef.kernel_context(node, graph, sched, target))
-        try:
-            code, launch = render_kernel(env.get_template(f"kernels/{opdef.template}"), ctx)
-        except jinja2.TemplateError as exc:
-            raise UnsupportedError(
-                f"node '{node.source or node.name}' ({node.op}): kernel template {opdef.template} failed: {exc}"
-            ) from exc
-        shapes = ", ".join("x".join(map(str, graph.tensor(o).shape)) or "scalar" for o in node.outputs if o)
-        src = node.source or node.name
-        # model-given text (the node name; knob values may come from a tuning log) is escaped
-        comment = f"layer {idx}: {c_comment(node.op)} '{c_comment(src)}' -> {shapes}" + (
-            f" schedule {c_comment(sched, 400)}" if sched else ""
-        )
-        layers.append(Layer(idx, node, fn, code.rstrip() + "\n", params, comment, c_string_literal(src), launch))
+        layers.append(_render_layer(env, dialect, target, prefix, scope, idx, fn, node, schedules.get(node.name, {})))
 
     used: set[str] = set()
     io_inputs = [_io_view(graph, n, n, "in", k, layout, used) for k, n in enumerate(graph.inputs)]
     io_outputs = [_io_view(graph, pub, n, "out", k, layout, used) for k, (pub, n) in enumerate(graph.public_outputs())]
-    for o in io_outputs:
+    for o, (_pub, internal) in zip(io_outputs, graph.public_outputs()):
         if o["const"]:
-            o["src"] = weight(o["tensor"])
+            o["src"] = weights.symbol(graph.tensor(internal))
 
     guard = f"TINYC_MODEL_{prefix.upper()}_H"  # never clashes with the runtime headers (TINYC_RT_H, TINYC_Q_H)
     common = dict(
@@ -300,7 +418,7 @@ def generate_c(
         inputs=io_inputs,
         outputs=io_outputs,
         layers=layers,
-        weights=weights,
+        weights=weights.items,
         guard=guard,
         nlayers=len(layers),
     )
@@ -314,10 +432,10 @@ def generate_c(
         prefix,
         files,
         layers,
-        sum(w["bytes"] for w in weights),
+        sum(w["bytes"] for w in weights.items),
         io_inputs,
         io_outputs,
-        [{k: w[k] for k in ("sym", "tensor", "offset", "bytes")} for w in weights],
+        [{k: w[k] for k in ("sym", "tensor", "offset", "bytes")} for w in weights.items],
     )
 
 

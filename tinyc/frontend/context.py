@@ -89,3 +89,31 @@ class ImportContext:
 
     def add_constant(self, suffix: str, value: np.ndarray) -> str:
         return self.graph.add_constant(self.graph.unique_name(f"{self.name}_{suffix}"), np.asarray(value))
+
+    # -- subgraphs (If / Loop / Scan) ------------------------------------------------------------
+    def graph_attr(self, name: str) -> onnx.GraphProto:
+        """A GraphProto attribute (a body or branch), kept undecoded."""
+        for a in self.onnx_node.attribute:
+            if a.name == name and a.type == onnx.AttributeProto.GRAPH:
+                return a.g
+        self.invalid(f"missing graph attribute '{name}'")
+
+    def inline_subgraph(self, graph_proto: onnx.GraphProto) -> list[str]:
+        """Import a subgraph's nodes into the current graph (outer names visible); returns its
+        output names. A folded If imports its taken branch this way."""
+        from tinyc.frontend.onnx_import import inline_subgraph
+
+        return inline_subgraph(graph_proto, self.graph, self.opset, self.name)
+
+    def import_subgraph(
+        self,
+        graph_proto: onnx.GraphProto,
+        input_types: list[tuple[tuple[int, ...], str]],
+        constants: dict[int, np.ndarray] | None = None,
+    ) -> tuple[Graph, list[str]]:
+        """Import a Loop/Scan body as its own Graph with static input types; returns it and the
+        non-constant outer tensors it reads (which the node must take as extra inputs).
+        `constants` binds inputs (by index) to values instead."""
+        from tinyc.frontend.onnx_import import import_subgraph
+
+        return import_subgraph(graph_proto, self.graph, input_types, self.opset, self.name, constants)
