@@ -50,6 +50,9 @@ from tinyc.codegen.emitter import template_env
 
 folder = Path(sys.argv[1])
 template_env().loader.searchpath.append(str(folder))
+from tinyc.ops import base, load_all
+load_all()
+base._REGISTRY.pop("Compress", None)  # tinyc ships a Compress of its own: the example takes its place
 exec(compile((folder / "op.py").read_text(), "op.py", "exec"), {"__name__": "tinyc.ops.doc_example"})
 exec(compile((folder / "check.py").read_text(), "check.py", "exec"), {"__name__": "__main__"})
 """

@@ -1,8 +1,8 @@
-"""CumSum along one (constant) axis, with `exclusive` and `reverse`.
+"""CumSum and CumProd along one (constant) axis, with `exclusive` and `reverse`.
 
-x is viewed as [outer][n][inner]; each output row k is the previous output row plus one input
-row, so every loop runs along `inner` contiguous elements (vectorisable) and the running sums
-live in the output itself. Integer sums wrap (computed in the unsigned type).
+x is viewed as [outer][n][inner]; each output row k is the previous output row plus (times) one
+input row, so every loop runs along `inner` contiguous elements (vectorisable) and the running
+sums (products) live in the output itself. Integer results wrap (computed in the unsigned type).
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ class CumSum(AxisPermutable, OpDef):
     onnx_ops = ("CumSum",)
     template = "cumsum.c.j2"
     dtypes = DTYPES
+    #: the running operation: numpy's cumulative function and its identity (the exclusive first row)
+    cum_fn: Any = staticmethod(np.cumsum)
+    identity = 0
 
     def import_onnx(self, ctx):
         self.require_dtype(ctx)
@@ -39,7 +42,7 @@ class CumSum(AxisPermutable, OpDef):
         if any(d == 0 for d in shape):
             return ctx.set_constant(0, np.zeros(shape, ctx.dtype(0)))
         return ctx.make_node(
-            "CumSum",
+            self.op,
             inputs=ctx.inputs[:1],
             outputs=ctx.outputs[:1],
             axis=axis,
@@ -52,9 +55,10 @@ class CumSum(AxisPermutable, OpDef):
         if node.attrs["reverse"]:
             x = np.flip(x, axis=ax)
         with np.errstate(all="ignore"):
-            y = np.cumsum(x, axis=ax, dtype=x.dtype)
+            y = self.cum_fn(x, axis=ax, dtype=x.dtype)
         if node.attrs["exclusive"]:
-            y = np.concatenate([np.zeros_like(np.take(y, [0], axis=ax)), np.delete(y, -1, axis=ax)], axis=ax)
+            first = np.full_like(np.take(y, [0], axis=ax), self.identity)
+            y = np.concatenate([first, np.delete(y, -1, axis=ax)], axis=ax)
         if node.attrs["reverse"]:
             y = np.flip(y, axis=ax)
         return [np.ascontiguousarray(y)]
@@ -75,4 +79,16 @@ class CumSum(AxisPermutable, OpDef):
             "wrap": wrap,
             "exclusive": node.attrs["exclusive"],
             "reverse": node.attrs["reverse"],
+            "sign": "*" if self.identity else "+",
+            "identity": self.identity,
         }
+
+
+@register
+class CumProd(CumSum):
+    """CumSum's kernel with products: attrs `axis`, `exclusive` (first row 1), `reverse`."""
+
+    op = "CumProd"
+    onnx_ops = ("CumProd",)
+    cum_fn = staticmethod(np.cumprod)
+    identity = 1
