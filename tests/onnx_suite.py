@@ -31,7 +31,8 @@ import traceback
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -146,10 +147,12 @@ def collect_cases(filter: str | None = None, suites: Sequence[str] = SUITES) -> 
 
 
 class NonTensor:
-    """A sequence/optional value from a test's data: tinyc compiles tensors only."""
+    """A value from a test's data that tinyc cannot compile (a map, a nested sequence)."""
 
 
 def _to_value(item: Any) -> Any:
+    """An array; a sequence as a list of arrays and an absent optional as None (tinyc compiles them
+    with that structure fixed: tinyc/frontend/sequence_io.py); NonTensor otherwise."""
     import onnx
     from onnx import numpy_helper
     if isinstance(item, onnx.TensorProto):
@@ -158,12 +161,20 @@ def _to_value(item: Any) -> Any:
         return item
     if isinstance(item, np.generic):
         return np.asarray(item)
+    if item is None:
+        return None
+    if isinstance(item, list) and all(isinstance(_to_value(v), np.ndarray) for v in item):
+        return [_to_value(v) for v in item]
     return NonTensor()
 
 
 def _read_pb(path: Path, type_proto: Any) -> Any:
     import onnx
     from onnx import numpy_helper
+    if type_proto is not None and type_proto.HasField("sequence_type"):
+        seq = onnx.SequenceProto()
+        seq.ParseFromString(path.read_bytes())
+        return _to_value(numpy_helper.to_list(seq))
     if type_proto is not None and not type_proto.HasField("tensor_type"):
         return NonTensor()
     t = onnx.TensorProto()
@@ -292,8 +303,9 @@ def _prepare(case: Case, index: int, workdir: Path, max_weights: int, res: Resul
         res.status, res.reason = "error", "harness: the case has no data sets"
         return
     if any(isinstance(v, NonTensor) for ins, outs in sets for v in list(ins) + list(outs)) or any(
-            not vi.type.HasField("tensor_type") for vi in list(in_vis) + list(model.graph.output)):
-        res.status, res.reason = "unsupported", "sequence/optional-typed inputs or outputs (tinyc compiles tensors only)"
+            vi.type.WhichOneof("value") not in ("tensor_type", "sequence_type", "optional_type")
+            for vi in list(in_vis) + list(model.graph.output)):
+        res.status, res.reason = "unsupported", "map- or nested-sequence-typed inputs or outputs"
         return
     for ins, outs in sets:
         if len(ins) != len(in_vis) or len(outs) != len(out_names):
@@ -301,17 +313,23 @@ def _prepare(case: Case, index: int, workdir: Path, max_weights: int, res: Resul
             res.reason = (f"harness: data set has {len(ins)} inputs/{len(outs)} outputs, the model "
                           f"{len(in_vis)}/{len(out_names)}")
             return
-    if any(tuple(a.shape) != tuple(b.shape) for ins, _ in sets[1:] for a, b in zip(ins, sets[0][0])):
+    from tinyc.frontend.sequence_io import flatten_values, structure_of
+    if any(structure_of(a) != structure_of(b) for ins, _ in sets[1:] for a, b in zip(ins, sets[0][0])):
         res.status, res.reason = "unsupported", "data sets differ in input shapes (tinyc compiles static shapes)"
         return
     first = list(sets[0][0])
     prefix = f"tc{index:05d}"
     attempts: list[dict[str, np.ndarray]] = [{}]
+    # only plain tensor inputs are bound; a sequence/optional input is compiled with its structure
+    t_vis = [(vi, v) for vi, v in zip(in_vis, first) if isinstance(v, np.ndarray) and vi.type.HasField("tensor_type")]
+    t_in, t_first = [vi for vi, _ in t_vis], [v for _, v in t_vis]
     if case.suite == "node":
-        attempts += _bind_attempts(in_vis, first)
+        attempts += _bind_attempts(t_in, t_first)
+    else:  # data suites: bind only configuring (non-float) inputs, e.g. Expand's shape
+        attempts += [b for b in _bind_attempts(t_in, t_first)[:1] if all(v.dtype.kind != "f" for v in b.values())]
     gen = graph = None
     for k, bind in enumerate(attempts):
-        shapes = {vi.name: tuple(v.shape) for vi, v in zip(in_vis, first) if vi.name not in bind}
+        shapes = {vi.name: structure_of(v) for vi, v in zip(in_vis, first) if vi.name not in bind}
         try:
             graph = load(model, input_shapes=shapes, bind=bind or None)
             weights = sum(t.size for t in graph.tensors.values() if t.is_constant)
@@ -333,12 +351,16 @@ def _prepare(case: Case, index: int, workdir: Path, max_weights: int, res: Resul
             return
     assert gen is not None
     manifest = gen.manifest
-    pos = {vi.name: i for i, vi in enumerate(in_vis)}
+    # sequence/optional values flattened to their element tensors (x -> x.0, x.1, ...; None -> none)
+    flat_in = [dict(p for vi, v in zip(in_vis, ins) if vi.name not in res.bound
+                    for p in flatten_values(vi.name, v)) for ins, _ in sets]
+    flat_out = [dict(p for n, v in zip(out_names, outs) for p in flatten_values(n, v)) for _, outs in sets]
+    pos = flat_in[0]
     m_in = [s["name"] for s in manifest["inputs"]]
     m_out = [s["name"] for s in manifest["outputs"]]
-    if any(n not in pos or n in res.bound for n in m_in) or sorted(m_out) != sorted(out_names):
+    if any(n not in pos or n in res.bound for n in m_in) or sorted(m_out) != sorted(flat_out[0]):
         res.status = "error"
-        res.reason = f"manifest I/O {m_in} -> {m_out} does not match the model's {list(pos)} -> {out_names}"
+        res.reason = f"manifest I/O {m_in} -> {m_out} does not match the model's {list(pos)} -> {list(flat_out[0])}"
         return
     src = workdir / "src"
     size = 0
@@ -349,16 +371,19 @@ def _prepare(case: Case, index: int, workdir: Path, max_weights: int, res: Resul
     for name, text in gen.files.items():
         (src / name).write_text(text)
         size += len(text)
+    from tinyc.numerics.dtypes import storage_view
     arrays = {}
-    for s, (ins, outs) in enumerate(sets):
+    exp_dtypes = [str(flat_out[0][n].dtype) for n in m_out]
+    for s in range(len(sets)):
+        # narrow types (bfloat16, float8, int4...) travel as their raw bits: npz keeps no ml_dtypes type
         for j, n in enumerate(m_in):
-            arrays[f"s{s}_i{j}"] = np.asarray(ins[pos[n]])
+            arrays[f"s{s}_i{j}"] = storage_view(np.asarray(flat_in[s][n]))
         for j, n in enumerate(m_out):
-            arrays[f"s{s}_o{j}"] = np.asarray(outs[out_names.index(n)])
+            arrays[f"s{s}_o{j}"] = storage_view(np.asarray(flat_out[s][n]))
     npz = workdir / "data" / f"{prefix}.npz"
     np.savez(npz, **arrays)
     out["run"] = {"key": case.key, "prefix": prefix, "npz": str(npz), "nsets": len(sets),
-                  "rtol": case.rtol, "atol": case.atol, "source_bytes": size,
+                  "rtol": case.rtol, "atol": case.atol, "source_bytes": size, "exp_dtypes": exp_dtypes,
                   "inputs": [{"name": s["name"], "shape": s["shape"], "dtype": s["dtype"]} for s in manifest["inputs"]],
                   "outputs": [{"name": s["name"], "shape": s["shape"], "dtype": s["dtype"]} for s in manifest["outputs"]]}
 
@@ -478,17 +503,19 @@ def compare(got: np.ndarray, exp: np.ndarray, rtol: float, atol: float) -> tuple
         return False, f"dtype {got.dtype} != expected {exp.dtype}", float("nan"), float("nan")
     if got.size == 0:
         return True, "", 0.0, 0.0
-    if exp.dtype.kind == "f":
+    from tinyc.numerics.dtypes import is_narrow_float
+    if exp.dtype.kind == "f" or is_narrow_float(str(exp.dtype)):
         g, e = got.astype(np.float64), exp.astype(np.float64)
         ok = np.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
     else:
         g, e = got.astype(np.float64), exp.astype(np.float64)
-        ok = got == exp
+        ok = got.astype(np.int64) == exp.astype(np.int64) if exp.dtype.kind == "V" else got == exp
     both = np.isfinite(g) & np.isfinite(e)
-    diff = np.abs(g - e)[both]
-    max_abs = float(diff.max()) if diff.size else 0.0
-    nz = both & (e != 0)
-    max_rel = float((np.abs(g - e)[nz] / np.abs(e[nz])).max()) if nz.any() else 0.0
+    with np.errstate(invalid="ignore"):  # inf - inf where both are infinite: masked out below
+        diff = np.abs(g - e)[both]
+        max_abs = float(diff.max()) if diff.size else 0.0
+        nz = both & (e != 0)
+        max_rel = float((np.abs(g - e)[nz] / np.abs(e[nz])).max()) if nz.any() else 0.0
     bad = int((~ok).sum())
     if bad:
         idx = np.unravel_index(int(np.argmax(~ok)), got.shape) if got.ndim else ()
@@ -516,6 +543,7 @@ def _runner_main(spec_path: str) -> int:
 
 def _run_case(lib: Any, case: dict[str, Any]) -> dict[str, Any]:
     import ctypes
+    from tinyc.numerics.dtypes import from_storage
     fn = getattr(lib, f"{case['prefix']}_run")
     fn.restype = ctypes.c_int
     max_abs = max_rel = 0.0
@@ -523,7 +551,7 @@ def _run_case(lib: Any, case: dict[str, Any]) -> dict[str, Any]:
         for s in range(case["nsets"]):
             args, keep, outs = [], [], []
             for j, spec in enumerate(case["inputs"]):
-                arr = np.require(data[f"s{s}_i{j}"].astype(spec["dtype"], copy=False), requirements="C")  # keeps 0-d
+                arr = np.require(from_storage(data[f"s{s}_i{j}"], spec["dtype"]), requirements="C")  # keeps 0-d
                 if list(arr.shape) != list(spec["shape"]):
                     return {"status": "error", "reason": f"input '{spec['name']}' data shape {arr.shape} != "
                                                            f"compiled {tuple(spec['shape'])}"}
@@ -537,7 +565,8 @@ def _run_case(lib: Any, case: dict[str, Any]) -> dict[str, Any]:
             if status != 0:
                 return {"status": "error", "reason": f"{case['prefix']}_run returned {status}"}
             for j, (spec, got) in enumerate(zip(case["outputs"], outs)):
-                ok, why, a, r = compare(got, data[f"s{s}_o{j}"], case["rtol"], case["atol"])
+                exp = from_storage(data[f"s{s}_o{j}"], case.get("exp_dtypes", [spec["dtype"]] * len(outs))[j])
+                ok, why, a, r = compare(got, exp, case["rtol"], case["atol"])
                 if not ok:
                     where = f"set {s} " if case["nsets"] > 1 else ""
                     return {"status": "fail", "reason": f"{where}output '{spec['name']}': {why}",
@@ -583,13 +612,15 @@ def run_opencl(cases: list[Case], device: str | None = None, max_weights: int = 
 
 
 def _run_opencl_case(model: Any, case: dict[str, Any]) -> dict[str, Any]:
+    from tinyc.numerics.dtypes import from_storage
     with np.load(case["npz"], allow_pickle=False) as data:
         for s in range(case["nsets"]):
-            feeds = {spec["name"]: data[f"s{s}_i{j}"].astype(spec["dtype"], copy=False)
+            feeds = {spec["name"]: from_storage(data[f"s{s}_i{j}"], spec["dtype"])
                      for j, spec in enumerate(case["inputs"])}
             outs = model(feeds)
             for j, spec in enumerate(case["outputs"]):
-                ok, why, _, _ = compare(outs[spec["name"]], data[f"s{s}_o{j}"], case["rtol"], case["atol"])
+                exp = from_storage(data[f"s{s}_o{j}"], case.get("exp_dtypes", [spec["dtype"]] * len(case["outputs"]))[j])
+                ok, why, _, _ = compare(outs[spec["name"]], exp, case["rtol"], case["atol"])
                 if not ok:
                     return {"status": "fail", "reason": f"set {s} output '{spec['name']}': {why}"}
     return {"status": "pass"}

@@ -120,6 +120,7 @@ def program_source(prefix: str, model: str, version: str, layer_codes: list[tupl
         f" * {len(layer_codes)} kernels, OpenCL C 1.2.\n */\n",
         PRELUDE,
         runtime_header("tinyc_q.h"),
+        runtime_header("tinyc_fp.h"),  # narrow element types (Cast, Quantize/DequantizeLinear)
     ]
     for comment, code in layer_codes:
         parts.append(f"/* {comment} */\n{kernel_code(code)}")

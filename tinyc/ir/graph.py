@@ -26,6 +26,19 @@ DTYPE_BYTES = {
     "int64": 8,
     "uint64": 8,
     "bool": 1,
+    # narrow types, stored as numpy/ml_dtypes store them (tinyc/numerics/dtypes.py): one element
+    # per byte for the 8-bit floats, float4 and the 4-/2-bit integers
+    "bfloat16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2": 1,
+    "float8_e5m2fnuz": 1,
+    "float4_e2m1fn": 1,
+    "float8_e8m0fnu": 1,
+    "int4": 1,
+    "uint4": 1,
+    "int2": 1,
+    "uint2": 1,
 }
 
 
@@ -88,6 +101,10 @@ class Graph:
     # Public names of the outputs (the ONNX names); `outputs` holds the internal tensor names,
     # which passes may rewire.
     output_names: list[str] = field(default_factory=list)
+    # Import-time only (tinyc/ops/sequences.py, optional.py): an ONNX sequence value is a compile-time
+    # list of tensor names, an optional one a tensor/sequence name or None (empty). Never in kernels.
+    sequences: dict[str, list[str]] = field(default_factory=dict)
+    optionals: dict[str, str | None] = field(default_factory=dict)
 
     def public_outputs(self) -> list[tuple[str, str]]:
         """(public name, internal tensor) per graph output."""

@@ -88,6 +88,8 @@ class OpDef:
     op: str = ""  # tinyc IR op name
     onnx_ops: tuple[str, ...] = ()  # ONNX op types this definition imports
     ms_ops: tuple[str, ...] = ()  # com.microsoft op types it imports (onnxruntime's QLinear* family)
+    ml_ops: tuple[str, ...] = ()  # ai.onnx.ml op types it imports (classical ML: tinyc/ops/ml_ops.py)
+    training_ops: tuple[str, ...] = ()  # ai.onnx.preview.training op types (optimizers: tinyc/ops/training.py)
     template: str | None = None  # kernel template file (templates/kernels/...), None: no code
     inplace: bool = False  # output may overwrite input 0 (same byte size, elementwise)
     alias: bool = False  # output *is* input 0 reinterpreted (reshape-like): no code
@@ -290,6 +292,10 @@ _REGISTRY: dict[str, OpDef] = {}
 _ONNX_MAP: dict[str, OpDef] = {}
 _MS_MAP: dict[str, OpDef] = {}
 MS_DOMAIN = "com.microsoft"
+_ML_MAP: dict[str, OpDef] = {}
+ML_DOMAIN = "ai.onnx.ml"
+_TRAINING_MAP: dict[str, OpDef] = {}
+TRAINING_DOMAIN = "ai.onnx.preview.training"
 
 
 def _map_onnx_names(inst: OpDef) -> None:
@@ -297,6 +303,10 @@ def _map_onnx_names(inst: OpDef) -> None:
         _ONNX_MAP[o] = inst
     for o in inst.ms_ops:
         _MS_MAP[o] = inst
+    for o in inst.ml_ops:
+        _ML_MAP[o] = inst
+    for o in inst.training_ops:
+        _TRAINING_MAP[o] = inst
 
 
 def register(cls: type[OpDef] | None = None, **overrides: Any) -> Any:
@@ -343,6 +353,10 @@ def onnx_op(op_type: str, domain: str = "") -> OpDef | None:
         return _ONNX_MAP.get(op_type)
     if domain == MS_DOMAIN:
         return _MS_MAP.get(op_type)
+    if domain == ML_DOMAIN:
+        return _ML_MAP.get(op_type)
+    if domain == TRAINING_DOMAIN:
+        return _TRAINING_MAP.get(op_type)
     return None
 
 
@@ -362,8 +376,12 @@ def supported_onnx_ops() -> list[str]:
 
 # -- small helpers shared by op modules ----------------------------------------------------
 def ctype(dtype: str) -> str:
+    """The C element type of a tensor: CTYPES, or the storage of a narrow type (float16, bfloat16,
+    float8, float4, int4, int2: its numpy bits, tinyc/numerics/dtypes.py)."""
+    from tinyc.numerics.dtypes import STORAGE_CTYPES
+
     try:
-        return CTYPES[dtype]
+        return CTYPES[dtype] if dtype in CTYPES else STORAGE_CTYPES[dtype]
     except KeyError:
         raise UnsupportedError(f"element type {dtype} has no C type in tinyc") from None
 

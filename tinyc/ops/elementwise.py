@@ -3,7 +3,9 @@ binary arithmetic. Unary ops double as fusable activations (Conv/Gemm/Add + `act
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 from collections.abc import Callable
@@ -242,10 +244,32 @@ class UnaryOp(OpDef):
         return [self.apply({k: v for k, v in node.attrs.items() if k != "activation"}, inputs[0])]
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
-        return {"expr": self.c_expr(node.attrs, "v"), "count": graph.tensor(node.inputs[0]).size}
+        t = graph.tensor(node.inputs[0])
+        expr = self.c_expr(node.attrs, "v")
+        if t.dtype == "float64":
+            return {"expr": _double_expr(expr), "count": t.size, "T": "double"}
+        return {"expr": expr, "count": t.size, "T": "float"}
+
+
+#: Unary ops whose C expression is libm calls and exact literals only: they also run on float64,
+#: with the double functions (expf -> exp), as ONNX allows (tensor(double)).
+_FLOAT64_UNARY = (
+    "Exp", "Log", "Sqrt", "Abs", "Neg", "Reciprocal", "Floor", "Ceil", "Round", "Erf", "Sin", "Cos", "Tan",
+    "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
+)  # fmt: skip
+_LIBM_F = re.compile(
+    r"\b(exp|log|sqrt|fabs|floor|ceil|rint|erf|sin|cos|tan|asin|acos|atan|sinh|cosh|asinh|acosh|atanh)f\("
+)
+
+
+def _double_expr(expr: str) -> str:
+    """A float32 C expression over libm functions as its float64 form (expf(x) -> exp(x))."""
+    return _LIBM_F.sub(lambda m: f"{m.group(1)}(", expr)
 
 
 for _spec in UNARY:
+    if _spec.name in _FLOAT64_UNARY:
+        _spec = dataclasses.replace(_spec, dtypes=("float32", "float64"))
     register_instance(UnaryOp(_spec))
 
 
@@ -305,7 +329,8 @@ BINARY: list[BinarySpec] = [
     BinarySpec("Sub", np.subtract, "a - b", "a - b", absorbs_activation=True),
     BinarySpec("Mul", np.multiply, "a * b", "a * b", absorbs_activation=True, int8=True),
     BinarySpec("Div", _div_np, "a / b", "a / b"),
-    BinarySpec("Pow", _pow_np, "powf(a, b)"),
+    # integer Pow computes in double (numpy's float64 power, then the base's type)
+    BinarySpec("Pow", _pow_np, "powf(a, b)", "pow((double)a, (double)b)"),
     BinarySpec("PRelu", lambda a, b: np.where(a < 0, a * b, a).astype(a.dtype), "(a < 0.0f ? a * b : a)"),
     # float: a NaN in either operand gives NaN (np.maximum, onnxruntime); equal operands give b
     BinarySpec("Max", np.maximum, "(a > b || a != a ? a : b)", "(a > b ? a : b)"),
@@ -356,7 +381,7 @@ class BinaryOp(OpDef):
         self.onnx_ops = (spec.name,)
         self.absorbs_activation = spec.absorbs_activation
         self.int8_kernel = self.quantizes_constant_operands = spec.int8
-        self.dtypes = ("bool",) if spec.only_bool else ("float32",) + (INT_TYPES if spec.c_int else ())
+        self.dtypes = ("bool",) if spec.only_bool else ("float32", "float64") + (INT_TYPES if spec.c_int else ())
         if spec.out_dtype == "bool" and not spec.only_bool:
             self.dtypes = self.dtypes + ("bool",) if spec.name == "Equal" else self.dtypes
         if spec.out_dtype:
@@ -365,18 +390,20 @@ class BinaryOp(OpDef):
     def import_onnx(self, ctx):
         if ctx.opset < 7 and (ctx.has_attr("broadcast") or ctx.has_attr("axis")):
             if ctx.attr("axis") is not None and ctx.attr("broadcast", 0):
-                ctx.unsupported("legacy axis-broadcasting (opset < 7) is not supported")
+                from tinyc.ops.legacy_broadcast import axis_broadcast
+
+                return axis_broadcast(ctx, self.op)
         ins = [i for i in ctx.inputs if i]
         check_legacy_broadcast(ctx, self.op, ins)
         if ctx.dtype(0) != ctx.dtype(1) if len(ins) > 1 else False:
-            if self.op == "Pow" and ctx.dtype(0) == "float32":
-                pass  # exponent of another type is converted below
+            if self.op == "Pow" and ctx.dtype(0) in self.dtypes and ctx.dtype(1) in self.dtypes:
+                pass  # float32 base: a constant exponent is converted below; others: the kernel converts
             else:
                 ctx.unsupported(f"mixed element types {ctx.dtype(0)} and {ctx.dtype(1)}")
         if len(ins) == 1:
             return ctx.make_node("Identity", inputs=ins)
         if len(ins) == 2:
-            if self.op == "Pow" and ctx.dtype(1) != ctx.dtype(0):
+            if self.op == "Pow" and ctx.dtype(1) != ctx.dtype(0) and ctx.dtype(0) == "float32":
                 b = ctx.const(1)
                 if b is None:
                     ctx.unsupported(f"exponent of type {ctx.dtype(1)} must be a constant")

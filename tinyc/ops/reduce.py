@@ -36,7 +36,9 @@ class ReduceSpec:
 
 
 REDUCE: list[ReduceSpec] = [
-    ReduceSpec("ReduceSum", "zero", "id", "sum", "id", FLOATS + INTS),
+    # bfloat16: accumulated in bfloat16 in order, one rounding per element, as ONNX's reference
+    # (numpy over ml_dtypes' add) computes it; only over trailing axes (one contiguous row per output)
+    ReduceSpec("ReduceSum", "zero", "id", "sum", "id", FLOATS + INTS + ("bfloat16",)),
     ReduceSpec("ReduceMean", "zero", "id", "sum", "mean", FLOATS),
     ReduceSpec("ReduceProd", "one", "id", "prod", "id", FLOATS + INTS),
     ReduceSpec("ReduceMax", "lowest", "id", "max", "id", FLOATS + INTS + ("bool",)),
@@ -142,6 +144,11 @@ def _groups(shape: tuple[int, ...], axes: list[int]) -> list[list[Any]]:
     return groups
 
 
+def _is_simple(groups: list[list[Any]]) -> bool:
+    """One contiguous row per output ([K][R] or [R])."""
+    return len(groups) == 1 or (len(groups) == 2 and groups[0][1] == "K")
+
+
 def _unsigned(ct: str) -> str:
     return "uint64_t" if ct in ("int64_t", "uint64_t") else "uint32_t"
 
@@ -222,6 +229,10 @@ class ReduceOp(OpDef):
             axes = list(range(len(shape)))
         if any(d == 0 for d in shape):  # the result does not depend on the (absent) values
             return ctx.set_constant(0, _np_reduce(self.spec, np.zeros(shape, ctx.dtype(0)), tuple(axes), keepdims))
+        if ctx.dtype(0) == "bfloat16" and not _is_simple(_groups(shape, sorted(axes))):
+            ctx.unsupported(
+                "bfloat16 ReduceSum over axes that are not the trailing ones (ONNX accumulates in memory order)"
+            )
         return ctx.make_node(self.op, inputs=ctx.inputs[:1], outputs=ctx.outputs[:1], axes=axes, keepdims=keepdims)
 
     def infer(self, node: Node, graph: Graph) -> list[OutputType]:
@@ -229,13 +240,18 @@ class ReduceOp(OpDef):
         return [(_reduced_shape(t.shape, node.attrs["axes"], node.attrs["keepdims"]), t.dtype)]
 
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        return [_np_reduce(self.spec, inputs[0], tuple(node.attrs["axes"]), node.attrs["keepdims"])]
+        x = inputs[0]
+        if x.dtype.name == "bfloat16":  # ml_dtypes' sequential bfloat16 sum (ONNX's reference)
+            axes = tuple(node.attrs["axes"])
+            return [np.sum(x, axis=axes, keepdims=bool(node.attrs["keepdims"]), dtype=x.dtype) if axes else x.copy()]
+        return [_np_reduce(self.spec, x, tuple(node.attrs["axes"]), node.attrs["keepdims"])]
 
     def macs(self, node: Node, graph: Graph) -> int:
         return graph.tensor(node.inputs[0]).size
 
     def can_permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
-        return bool(node.attrs["keepdims"]) and len(perm) == len(graph.tensor(node.inputs[0]).shape)
+        t = graph.tensor(node.inputs[0])
+        return bool(node.attrs["keepdims"]) and len(perm) == len(t.shape) and t.dtype != "bfloat16"
 
     def permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
         if not self.can_permute(node, graph, perm):
@@ -246,8 +262,7 @@ class ReduceOp(OpDef):
     def _plan(self, node: Node, graph: Graph) -> dict[str, Any]:
         shape = graph.tensor(node.inputs[0]).shape
         groups = _groups(shape, node.attrs["axes"])
-        simple = len(groups) == 1 or (len(groups) == 2 and groups[0][1] == "K")
-        return {"groups": groups, "simple": simple}
+        return {"groups": groups, "simple": _is_simple(groups)}
 
     def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> int:
         if self.spec.post != "lse" or self._plan(node, graph)["simple"]:
@@ -261,6 +276,8 @@ class ReduceOp(OpDef):
             raise UnsupportedError(f"node '{node.source or node.name}' ({node.op}): element type {x.dtype}")
         plan = self._plan(node, graph)
         groups = plan["groups"]
+        if x.dtype == "bfloat16":
+            return dict(plan, bf16_steps=True, outer=groups[0][0] if len(groups) == 2 else 1, row=groups[-1][0])
         ops = c_ops(self.spec, x.dtype)
         count = int(np.prod([x.shape[a] for a in node.attrs["axes"]], dtype=np.int64))
         sfx, lit = ops["sfx"], ops["lit"]
@@ -365,7 +382,8 @@ class ArgMax(OpDef):
         return [np.ascontiguousarray(y.astype(np.int64))]
 
     def can_permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
-        return bool(node.attrs["keepdims"]) and len(perm) == len(graph.tensor(node.inputs[0]).shape)
+        t = graph.tensor(node.inputs[0])
+        return bool(node.attrs["keepdims"]) and len(perm) == len(t.shape) and t.dtype != "bfloat16"
 
     def permute(self, node: Node, graph: Graph, perm: list[int]) -> bool:
         if not self.can_permute(node, graph, perm):

@@ -1,12 +1,12 @@
 """Ops that only change how bytes are viewed (Reshape family: no code, the output aliases the
-input), plus Transpose, Shape, Constant, Cast and Identity/Dropout."""
+input), plus Transpose, Shape, Constant and Identity/Dropout (Cast is tinyc/ops/cast.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, OutputType, register, strides_of
@@ -95,10 +95,25 @@ class Identity(OpDef):
     alias = True
 
     def import_onnx(self, ctx):
+        src = ctx.inputs[0] if ctx.inputs else ""
+        if ctx.op_type == "Identity" and (src in ctx.graph.sequences or src in ctx.graph.optionals):
+            # a compile-time sequence/optional (tinyc/ops/sequences.py): the output is the same value
+            if src in ctx.graph.sequences:
+                ctx.graph.sequences[ctx.outputs[0]] = list(ctx.graph.sequences[src])
+            else:
+                ctx.graph.optionals[ctx.outputs[0]] = ctx.graph.optionals[src]
+            return []
         nodes = [ctx.make_node("Identity", inputs=ctx.inputs[:1], outputs=ctx.outputs[:1])]
         if ctx.op_type == "Dropout":
-            if ctx.has_input(2) and (ctx.const(2) is None or bool(np.asarray(ctx.const(2)))):
-                ctx.unsupported("training_mode must be a constant False (inference only)")
+            if ctx.has_input(2) and ctx.const(2) is None:
+                ctx.unsupported("training_mode must be a constant (inference only)")
+            if ctx.has_input(2) and bool(np.asarray(ctx.const(2))):
+                # training mode drops at random, except with ratio 0, where it is the identity
+                ratio = ctx.const(1) if ctx.has_input(1) else np.asarray(0.5)
+                if ratio is None:
+                    ctx.unsupported("with training_mode=True the ratio must be a constant (only 0 is deterministic)")
+                if float(np.asarray(ratio)) != 0.0:
+                    ctx.unsupported(f"training_mode=True with ratio {float(np.asarray(ratio))} drops at random")
             if int(ctx.attr("is_test", 1)) == 0 and ctx.opset < 7:
                 ctx.unsupported("is_test=0 (training) is not supported")
             if len(ctx.outputs) > 1 and ctx.outputs[1]:
@@ -208,36 +223,3 @@ class ConstantOfShape(OpDef):
         value = ctx.attr("value")
         fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
         return ctx.set_constant(0, np.full(shape, fill[0], dtype=fill.dtype))
-
-
-CAST_TYPES = ("float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "bool")
-
-
-@register
-class Cast(OpDef):
-    op = "Cast"
-    onnx_ops = ("Cast", "CastLike")
-    template = "cast.c.j2"
-    dtypes = CAST_TYPES
-
-    def import_onnx(self, ctx):
-        if ctx.op_type == "CastLike":
-            to = ctx.dtype(1)
-        else:
-            try:
-                to = str(np.dtype(helper.tensor_dtype_to_np_dtype(int(ctx.attr("to")))))
-            except Exception:
-                ctx.unsupported(f"cast to element type {ctx.attr('to')} is not supported")
-        if to not in CAST_TYPES or ctx.dtype(0) not in CAST_TYPES:
-            ctx.unsupported(f"cast from {ctx.dtype(0)} to {to} is not supported")
-        return ctx.make_node("Cast", inputs=ctx.inputs[:1], to=to)
-
-    def infer(self, node: Node, graph: Graph) -> list[OutputType]:
-        return [(graph.tensor(node.inputs[0]).shape, node.attrs["to"])]
-
-    def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        with np.errstate(all="ignore"):
-            return [inputs[0].astype(node.attrs["to"])]
-
-    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
-        return {"count": graph.tensor(node.inputs[0]).size, "to_bool": node.attrs["to"] == "bool"}

@@ -198,7 +198,9 @@ def as_numeric(name: str, value: Any) -> np.ndarray:
         arr = np.asarray(value)
     except Exception as exc:  # noqa: BLE001  (ragged nested lists and the like)
         raise RunError(f"input '{name}' is not a rectangular array ({type(exc).__name__}: {exc})") from None
-    kind = _KIND_NAMES.get(arr.dtype.kind)
+    from tinyc.numerics.dtypes import is_narrow  # bfloat16, float8, int4 ... (ml_dtypes) are numbers too
+
+    kind = None if is_narrow(str(arr.dtype)) else _KIND_NAMES.get(arr.dtype.kind)
     if kind:
         raise RunError(f"input '{name}' holds {arr.dtype} data ({kind}); give numbers (int or float) or bool")
     return arr

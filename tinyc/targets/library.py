@@ -26,7 +26,13 @@ from tinyc.targets.host import _write_if_changed
 
 FORMAT = "library"
 #: The runtime core a model needs; the harness and the board ports stay out of a user's firmware.
-RUNTIME_FILES = ("include/tinyc_rt.h", "include/tinyc_q.h", "include/tinyc_simd.h", "src/tinyc_rt.c")
+RUNTIME_FILES = (
+    "include/tinyc_rt.h",
+    "include/tinyc_q.h",
+    "include/tinyc_simd.h",
+    "include/tinyc_fp.h",
+    "src/tinyc_rt.c",
+)
 #: Generated sources compiled into the library (headers are found through the include dirs).
 _MODEL_SOURCE_SUFFIXES = ("{prefix}.c", "{prefix}_weights.c")
 
