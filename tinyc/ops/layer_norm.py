@@ -15,9 +15,15 @@ import numpy as np
 
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node
-from tinyc.ops.base import AxisPermutable, CTYPES, OpDef, OutputType, register
+from tinyc.numerics.fixed_point import multiply_by_quantized_multiplier, quantize_multiplier
+from tinyc.numerics.qparams import qparams_of
+from tinyc.ops.base import AxisPermutable, CTYPES, Int8Lowering, OpDef, OutputType, register
+from tinyc.ops.tflm_l2norm import inv_sqrt_multiplier
 
 FLOATS = ("float32", "float64")
+INT32_MAX = (1 << 31) - 1
+#: fraction bits of the normalised value u (LayerNorm: (x - mean) / sqrt(var + eps)) in the int8 kernel
+NORM_FRAC_BITS = 20
 
 
 def _prod(dims: Any) -> int:
@@ -56,6 +62,7 @@ class _RowNorm(OpDef):
     template = "layer_norm.c.j2"
     dtypes = FLOATS
     rms = False
+    int8_kernel = True
 
     def import_onnx(self, ctx):
         self.require_dtype(ctx)
@@ -140,6 +147,23 @@ class _RowNorm(OpDef):
             "has_inv": len(outs) > 2 and bool(outs[2]),
         }
 
+    def lower_int8(self, node: Node, low: Int8Lowering) -> str | None:
+        """QLayerNorm: integer mean and variance, a fixed-point 1/sqrt, per-channel requantization."""
+        g = low.g
+        if len([o for o in node.outputs if o]) > 1:
+            return "Mean / InvStdDev outputs stay float"
+        params = [g.tensor(i) for i in node.inputs[1:] if i]
+        if not all(t.is_constant for t in params):
+            return "scale / bias not constant"
+        why = low.needs_output(node)
+        if why:
+            return why
+        x_q = low.as_int8(node.inputs[0])
+        out = node.outputs[0]
+        y_q = low.int8_output(out)
+        low.emit(build_qlayer_norm(g, node, x_q, y_q), out, y_q)
+        return None
+
 
 @register
 class LayerNormalization(_RowNorm):
@@ -214,3 +238,87 @@ class LpNormalization(AxisPermutable, OpDef):
             "p": node.attrs["p"],
             "sfx": "f" if ct == "float" else "",
         }
+
+
+def build_qlayer_norm(graph: Graph, node: Node, x: str, y: str) -> Node:
+    """The QLayerNorm node for float LayerNormalization/RMSNormalization `node` on int8 x -> y.
+
+    With d = x - zx per row of n: LayerNorm uses xc = n d - sum d = n (d - mean) and
+    W = n sum d^2 - (sum d)^2 + E = n^2 (var + eps / sx^2) (E = eps n^2 / sx^2), so the normalised
+    value is xc / sqrt(W); RMS uses xc = d and W = sum d^2 + E = n (mean d^2 + eps / sx^2)
+    (E = eps n / sx^2), the normalised value xc sqrt(n) / sqrt(W). Per channel j the constant row
+    packs (multiplier, shift) of |gamma_j| c / (sy 2^F) (c = 1, RMS: sqrt(n)), the sign of
+    gamma_j and round(beta_j / sy)."""
+    sx, zx = qparams_of(graph, x)
+    sy, zy = qparams_of(graph, y)
+    ax = node.attrs["axis"]
+    shape = graph.tensor(node.inputs[0]).shape
+    n = _prod(shape[ax:])
+    gamma = np.asarray(graph.tensor(node.inputs[1]).data, np.float64).reshape(n)
+    has_b = len(node.inputs) > 2 and bool(node.inputs[2])
+    beta = np.asarray(graph.tensor(node.inputs[2]).data, np.float64).reshape(n) if has_b else np.zeros(n)
+    sx32, sy32 = float(np.float32(sx)), float(np.float32(sy))
+    rms = bool(node.attrs["rms"])
+    c = np.sqrt(n) if rms else 1.0
+    mult, shift = quantize_multiplier(np.abs(gamma) * c / (sy32 * 2.0**NORM_FRAC_BITS))
+    packed = np.stack(
+        [
+            np.asarray(mult, np.int64).reshape(n),
+            np.asarray(shift, np.int64).reshape(n),
+            np.where(gamma < 0, -1, 1),
+            np.clip(np.round(beta / sy32), -(1 << 24), 1 << 24),
+        ]
+    ).astype(np.int32)
+    eps = float(np.float32(node.attrs["epsilon"])) * (n if rms else n * n) / (sx32 * sx32)
+    consts = graph.add_constant(graph.unique_name(f"{node.name}_q_params"), packed)
+    attrs = {"axis": ax, "rms": rms, "zx": zx, "zy": zy, "eps_q": int(min(round(eps), 1 << 50))}
+    return Node(node.name, "QLayerNorm", [x, consts], [y], attrs, source=node.source)
+
+
+def qlayer_norm_golden(x: np.ndarray, packed: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+    """The C kernel's integers (build_qlayer_norm's docstring), every row at once."""
+    ax = attrs["axis"]
+    n = _prod(x.shape[ax:])
+    d = x.reshape(-1, n).astype(np.int64) - attrs["zx"]
+    s1 = d.sum(axis=1, keepdims=True)
+    s2 = (d * d).sum(axis=1, keepdims=True)
+    if attrs["rms"]:
+        xc, w = d, s2 + attrs["eps_q"]
+    else:
+        xc, w = n * d - s1, n * s2 - s1 * s1 + attrs["eps_q"]
+    k = np.zeros_like(w)
+    while np.any(w > INT32_MAX):
+        big = w > INT32_MAX
+        w = np.where(big, w >> 2, w)
+        k = k + big
+    inv, sh = inv_sqrt_multiplier(w.reshape(-1))
+    ts = np.clip(sh.reshape(-1, 1) + NORM_FRAC_BITS - k, -31, 31)
+    u = np.asarray(multiply_by_quantized_multiplier(xc, inv.reshape(-1, 1), ts)).astype(np.int64)
+    p = np.asarray(packed, np.int64)
+    v = np.asarray(multiply_by_quantized_multiplier(p[2] * u, p[0], p[1])).astype(np.int64)
+    return np.clip(v + p[3] + attrs["zy"], -128, 127).astype(np.int8).reshape(x.shape)
+
+
+@register
+class QLayerNorm(OpDef):
+    """int8 LayerNormalization / RMSNormalization over trailing axes. inputs: x int8, the packed
+    int32 [4, n] per-channel constants; attrs: axis, rms, zx, zy, eps_q (epsilon on the integer
+    variance's scale)."""
+
+    op = "QLayerNorm"
+    template = "layer_norm_int8.c.j2"
+    dtypes = ("int8",)
+
+    def infer(self, node: Node, graph: Graph) -> list[OutputType]:
+        return [(graph.tensor(node.inputs[0]).shape, "int8")]
+
+    def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return [qlayer_norm_golden(inputs[0], inputs[1], node.attrs)]
+
+    def macs(self, node: Node, graph: Graph) -> int:
+        return 4 * graph.tensor(node.inputs[0]).size
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
+        t = graph.tensor(node.inputs[0])
+        ax = node.attrs["axis"]
+        return {"outer": _prod(t.shape[:ax]), "n": _prod(t.shape[ax:]), "frac": NORM_FRAC_BITS}
