@@ -288,7 +288,11 @@ def build_parser() -> argparse.ArgumentParser:
     def model_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("model", help="ONNX model file")
         sp.add_argument(
-            "--input-shape", action="append", metavar="NAME=D0,D1,...", help="fix a symbolic input shape (repeatable)"
+            "--input-shape",
+            action="append",
+            metavar="NAME=D0,D1,...",
+            help="fix a symbolic input shape (repeatable); a sequence input: NAME=[D0,D1;D0,D1], "
+            "an absent optional input: NAME=none",
         )
         sp.add_argument(
             "--io-layout",
@@ -497,7 +501,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("quantize", help="int8-quantize a float model: QDQ ONNX export and accuracy report")
     sp.add_argument("model", help="ONNX model file")
     sp.add_argument(
-        "--input-shape", action="append", metavar="NAME=D0,D1,...", help="fix a symbolic input shape (repeatable)"
+        "--input-shape",
+        action="append",
+        metavar="NAME=D0,D1,...",
+        help="fix a symbolic input shape (repeatable); a sequence input: NAME=[D0,D1;D0,D1], "
+        "an absent optional input: NAME=none",
     )
     calib_args(sp, required=True)
     sp.add_argument("-o", "--output", help="write the QDQ ONNX model here")

@@ -12,14 +12,14 @@ import os
 import re
 from pathlib import Path
 from collections.abc import Mapping, Sequence
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import onnx
 from onnx import helper
 
 from tinyc.errors import ModelLoadError, ShapeError, TinycError, UnsupportedError
-from tinyc.frontend import functions, validate
+from tinyc.frontend import functions, sequence_io, validate
 from tinyc.frontend.context import ImportContext
 from tinyc.ir import Graph, Node, Tensor
 from tinyc.ops.base import get_op, onnx_op
@@ -78,19 +78,29 @@ def _np_dtype_name(elem_type: int) -> str:
     return name
 
 
-def parse_input_shapes(specs: Sequence[str] | Mapping[str, Sequence[int]] | None) -> dict[str, tuple[int, ...]]:
-    """`["x=1,3,32,32"]` or `{"x": (1,3,32,32)}` → dict."""
+def parse_input_shapes(specs: Sequence[str] | Mapping[str, Any] | None) -> dict[str, sequence_io.Structure]:
+    """`["x=1,3,32,32"]` or `{"x": (1,3,32,32)}` → dict. A sequence/optional input's structure may be
+    given too (`{"seq": [(2, 3), (2, 3)], "opt": None}`, `"seq=[2,3;2,3]"`, `"opt=none"`): see
+    tinyc/frontend/sequence_io.py."""
     if not specs:
         return {}
     if isinstance(specs, Mapping):
-        return {k: tuple(int(d) for d in v) for k, v in specs.items()}
-    out: dict[str, tuple[int, ...]] = {}
+        return {k: sequence_io.normalize(v) for k, v in specs.items()}
+    out: dict[str, sequence_io.Structure] = {}
     for spec in specs:
+        name, eq, rest = spec.partition("=")
+        structured, value = sequence_io.parse_spec(rest) if eq else (False, None)
+        if structured:
+            out[name.strip()] = value
+            continue
         m = re.fullmatch(r"\s*([^=]+?)\s*=\s*([0-9]+(?:\s*[,x]\s*[0-9]+)*)\s*", spec)
         if not m:
             from tinyc.errors import UsageError
 
-            raise UsageError(f"--input-shape '{spec}': expected NAME=D0,D1,... e.g. input=1,3,32,32")
+            raise UsageError(
+                f"--input-shape '{spec}': expected NAME=D0,D1,... e.g. input=1,3,32,32 "
+                "(a sequence: NAME=[D0,D1;D0,D1]; an absent optional: NAME=none)"
+            )
         out[m.group(1)] = tuple(int(d) for d in re.split(r"\s*[,x]\s*", m.group(2)))
     return out
 
@@ -129,7 +139,7 @@ def _opset(model: onnx.ModelProto) -> int:
 
 def import_onnx(
     model: onnx.ModelProto | str | os.PathLike,
-    input_shapes: Sequence[str] | Mapping[str, Sequence[int]] | None = None,
+    input_shapes: Sequence[str] | Mapping[str, Any] | None = None,
     name: str | None = None,
     bind: Mapping[str, np.ndarray] | None = None,
 ) -> Graph:
@@ -165,9 +175,21 @@ def import_onnx(
         if k not in graph_inputs:
             raise ShapeError(f"cannot bind '{k}': not a model input (inputs: {', '.join(sorted(graph_inputs))})")
     unknown = set(shapes)
+    taken = sequence_io.value_names(model)
     for vi in model.graph.input:
         if vi.name in initializers:
             continue
+        if sequence_io.is_structured(vi):
+            # compiled with the structure given in input_shapes: tensor inputs x.0, x.1, ... (sequence_io.py)
+            if vi.name in bind:
+                sequence_io.bind_input(g, vi, bind[vi.name], _np_dtype_name, taken)
+            else:
+                sequence_io.add_input(g, vi, shapes, _np_dtype_name, taken)
+            unknown.discard(vi.name)
+            continue
+        if vi.type.WhichOneof("value") not in (None, "tensor_type"):
+            kind = str(vi.type.WhichOneof("value")).removesuffix("_type")
+            raise UnsupportedError(f"input '{vi.name}' has {kind} type; tinyc compiles tensor inputs only")
         if vi.name in bind:
             dtype = _np_dtype_name(vi.type.tensor_type.elem_type)
             g.add_constant(vi.name, np.asarray(bind[vi.name]).astype(dtype))
@@ -180,6 +202,8 @@ def import_onnx(
         if vi.name in shapes:
             given = shapes[vi.name]
             unknown.discard(vi.name)
+            if not isinstance(given, tuple):
+                raise ShapeError(f"--input-shape {vi.name}: a tensor input takes a shape D0,D1,..., got {given}")
             if len(given) != len(dims) and tt.HasField("shape"):
                 raise ShapeError(f"--input-shape {vi.name}: model input has rank {len(dims)}, got {len(given)} dims")
             for i, (a, b) in enumerate(zip(dims, given)):
@@ -187,7 +211,7 @@ def import_onnx(
                     raise ShapeError(f"--input-shape {vi.name}: dimension {i} is fixed to {a} in the model, got {b}")
             dims = list(given)
         if vi.name in shapes and not tt.HasField("shape"):
-            dims = list(shapes[vi.name])
+            dims = list(cast("tuple[int, ...]", shapes[vi.name]))
         elif not tt.HasField("shape") or any(d is None for d in dims):
             shown = [d if d is not None else "?" for d in dims] if tt.HasField("shape") else "unknown rank"
             sym = [d.dim_param for d in tt.shape.dim if d.dim_param]
@@ -216,6 +240,9 @@ def import_onnx(
         _import_or_expand(g, onode, opsets, node_name, used_names, 0)
 
     for vi in model.graph.output:
+        if vi.name in g.sequences or vi.name in g.optionals or sequence_io.is_structured(vi):
+            sequence_io.add_output(g, vi, add_node)  # one tensor output per element (sequence_io.py)
+            continue
         if vi.name not in g.tensors:
             raise ModelLoadError(f"graph output '{vi.name}' is not produced by any node")
         declared = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
@@ -308,16 +335,24 @@ def _import_node(g: Graph, onode: onnx.NodeProto, opset: int, node_name: str) ->
     opdef = onnx_op(onode.op_type, onode.domain)
     assert opdef is not None
     for i in onode.input:
-        if i and i not in g.tensors:
+        if i and i not in g.tensors and i not in g.sequences and i not in g.optionals:
             raise ModelLoadError(
                 f"node '{node_name}' ({onode.op_type}) reads '{i}', which no earlier node "
                 f"produces (graph not topologically sorted?)"
             )
     validate.check_node_scales(onode, opset, f"node '{node_name}' ({onode.op_type})", g.constant)
-    ctx = ImportContext(onode, g, opset, node_name)
+    # narrow types (float16, int4...) the op's kernel lacks: import on widened inputs (widen.py)
+    from tinyc.frontend import widen
+
+    tensors_only = all(i in g.tensors for i in onode.input if i)  # sequence/optional values: no widening
+    wide = widen.needs_widening(g, onode, opdef.dtypes, opdef.alias, node_name) if tensors_only else []
+    n_before = len(g.nodes)
+    widened = widen.widen_inputs(g, onode, wide, node_name, add_node) if wide else None
+    ctx = ImportContext(widened.node if widened else onode, g, opset, node_name)
     try:
         result = opdef.import_onnx(ctx)
     except TinycError:
+        del g.nodes[n_before:]  # the widening casts of a refused node (its function body may follow)
         raise
     except Exception as exc:  # a handler bug or a malformed node: still name the node
         raise UnsupportedError(
@@ -328,6 +363,8 @@ def _import_node(g: Graph, onode: onnx.NodeProto, opset: int, node_name: str) ->
         if k and node.name == node_name:
             node.name = f"{node_name}_{k}"
         add_node(g, node)
+    if widened:
+        widen.narrow_outputs(g, widened, node_name, add_node)
 
 
 def add_node(g: Graph, node: Node, fold: bool = True) -> None:
@@ -355,6 +392,7 @@ def add_node(g: Graph, node: Node, fold: bool = True) -> None:
         quant = opdef.folded_quant(node, g)
         for out, val, (shape, dtype) in zip(node.outputs, values, types):
             if out:
+                g.folded_from[out] = node
                 g.tensors[out] = Tensor(
                     out,
                     tuple(shape),
@@ -371,7 +409,7 @@ def add_node(g: Graph, node: Node, fold: bool = True) -> None:
     g.nodes.append(node)
 
 
-def _cross_check_shapes(model: onnx.ModelProto, g: Graph, shapes: dict[str, tuple[int, ...]]) -> None:
+def _cross_check_shapes(model: onnx.ModelProto, g: Graph, shapes: dict[str, sequence_io.Structure]) -> None:
     """onnx's own shape inference must agree with ours on the graph outputs (catches handler bugs)."""
     try:
         m = onnx.ModelProto()
@@ -398,3 +436,128 @@ def _cross_check_shapes(model: onnx.ModelProto, g: Graph, shapes: dict[str, tupl
                 f"output '{vi.name}': tinyc inferred shape {ours}, onnx shape inference says "
                 f"{tuple(d if d is not None else '?' for d in dims)}"
             )
+
+
+# -- subgraphs (If / Loop / Scan bodies) ------------------------------------------------------
+def subgraph_free_names(gp: onnx.GraphProto) -> list[str]:
+    """Names a subgraph (and the subgraphs nested in it) reads but does not define: ONNX lets a
+    body see every name of the scopes around it, so these come from the outer graph."""
+    defined = {vi.name for vi in gp.input} | {t.name for t in gp.initializer}
+    free: list[str] = []
+
+    def use(name: str) -> None:
+        if name and name not in defined and name not in free:
+            free.append(name)
+
+    for n in gp.node:
+        for i in n.input:
+            use(i)
+        for a in n.attribute:
+            nested = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+            for sub in nested:
+                for name in subgraph_free_names(sub):
+                    use(name)
+        defined.update(o for o in n.output if o)
+    for vi in gp.output:
+        use(vi.name)
+    return free
+
+
+def _check_subgraph_ops(gp: onnx.GraphProto, where: str) -> None:
+    """The top-level check (_check_ops) does not see inside bodies: refuse their unknown ops here."""
+    bad = sorted({n.op_type for n in gp.node if onnx_op(n.op_type, n.domain) is None})
+    if bad:
+        raise UnsupportedError(f"{where}: its subgraph uses operators tinyc does not support: {', '.join(bad)}")
+
+
+def _import_subgraph_nodes(g: Graph, gp: onnx.GraphProto, opset: int, prefix: str) -> None:
+    """Import a subgraph's initializers and nodes into `g`, node names prefixed with the owner's."""
+    _check_subgraph_ops(gp, f"node '{prefix}'")
+    for t in gp.initializer:
+        g.add_constant(t.name, validate.tensor_to_array(t))
+    used: set[str] = {n.name for n in g.nodes}
+    for idx, onode in enumerate(gp.node):
+        node_name = f"{prefix}/{onode.name or f'{onode.op_type}_{idx}'}"
+        while node_name in used:
+            node_name += "_"
+        used.add(node_name)
+        _import_node(g, onode, opset, node_name)
+
+
+def inline_subgraph(gp: onnx.GraphProto, g: Graph, opset: int, prefix: str) -> list[str]:
+    """Import a subgraph's nodes straight into `g` (a folded If's taken branch: outer names are
+    visible as they are); returns the names of the subgraph's outputs."""
+    _import_subgraph_nodes(g, gp, opset, prefix)
+    for vi in gp.output:
+        if vi.name not in g.tensors and vi.name not in g.sequences and vi.name not in g.optionals:
+            raise ModelLoadError(f"node '{prefix}': subgraph output '{vi.name}' is not produced by any node")
+    return [vi.name for vi in gp.output]
+
+
+def import_subgraph(
+    gp: onnx.GraphProto,
+    outer: Graph,
+    input_types: Sequence[tuple[tuple[int, ...], str]],
+    opset: int,
+    prefix: str,
+    constants: Mapping[int, np.ndarray] | None = None,
+) -> tuple[Graph, list[str]]:
+    """A Loop/Scan body as its own Graph, its inputs typed by `input_types` (static shapes from the
+    outer node). Outer constants it reads are copied in as constants; the other outer tensors it
+    reads are returned (in order) and stay in the body as plain tensors, not inputs: the caller
+    passes them in. `constants` binds body inputs (by index) to values: they become constants,
+    not inputs (a Loop imports its body once per iteration number this way)."""
+    where = f"node '{prefix}'"
+    if len(input_types) != len(gp.input):
+        raise ShapeError(f"{where}: the body takes {len(gp.input)} inputs, the node provides {len(input_types)}")
+    g = Graph(name=prefix)
+    outer_refs: list[str] = []
+
+    def bring(name: str) -> None:
+        """Make outer value `name` visible in the body: a tensor, or a (compile-time) sequence or
+        optional with the tensors it holds."""
+        if name in g.tensors or name in g.sequences or name in g.optionals:
+            return
+        if name in outer.sequences:
+            g.sequences[name] = list(outer.sequences[name])
+            for item in outer.sequences[name]:
+                bring(item)
+            return
+        if name in outer.optionals:
+            held = outer.optionals[name]
+            g.optionals[name] = held
+            if held is not None:
+                bring(held)
+            return
+        if name not in outer.tensors:
+            raise ModelLoadError(f"{where}: the body reads '{name}', which no outer node produces")
+        t = outer.tensor(name)
+        if t.is_constant:
+            g.add_tensor(Tensor(name, t.shape, t.dtype, t.data, t.quant))
+        else:
+            g.add_tensor(Tensor(name, t.shape, t.dtype))
+            outer_refs.append(name)
+
+    for name in subgraph_free_names(gp):
+        bring(name)
+    for k, (vi, (shape, dtype)) in enumerate(zip(gp.input, input_types)):
+        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        if tt is not None and tt.elem_type and _np_dtype_name(tt.elem_type) != dtype:
+            raise ShapeError(
+                f"{where}: body input '{vi.name}' is declared {validate.dtype_name(tt.elem_type)}, the node gives {dtype}"
+            )
+        if constants and k in constants:
+            g.add_constant(vi.name, np.asarray(constants[k], dtype).reshape(shape))
+            continue
+        g.add_tensor(Tensor(vi.name, tuple(int(d) for d in shape), dtype))
+        g.inputs.append(vi.name)
+    _import_subgraph_nodes(g, gp, opset, prefix)
+    for vi in gp.output:
+        if vi.name in g.sequences or vi.name in g.optionals:
+            raise UnsupportedError(
+                f"{where}: body output '{vi.name}' is a sequence or optional (a Loop/Scan body compiles tensors only)"
+            )
+        if vi.name not in g.tensors:
+            raise ModelLoadError(f"{where}: body output '{vi.name}' is not produced by any node")
+        g.outputs.append(vi.name)
+    return g, outer_refs

@@ -255,7 +255,9 @@ class Loop(_BodyOp):
         if any(not s for s in states):
             ctx.unsupported("an absent loop-carried input (optional values) is not supported")
         if any(s in ctx.graph.sequences or s in ctx.graph.optionals for s in states):
-            ctx.unsupported("a loop-carried sequence or optional value is not supported (the body compiles tensors)")
+            from tinyc.ops.sequence_map import unroll_loop  # carried sequences: unrolled at import
+
+            return unroll_loop(ctx, trip, run)
         types = [((), "int64"), ((), "bool")] + [(ctx.shape(i), ctx.dtype(i)) for i in range(2, len(ctx.inputs))]
         gp = ctx.graph_attr("body")
         tables: list[str] = []
