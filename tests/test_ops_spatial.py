@@ -20,8 +20,8 @@ from tinyc.errors import UnsupportedError  # noqa: E402
 from tinyc.reference import run_graph  # noqa: E402
 
 OPS = {"ConvTranspose", "Resize", "Upsample", "LRN", "InstanceNormalization"}
-# onnx node tests that cover a variation tinyc refuses on purpose
-UNSUPPORTED = {"test_convtranspose_3d"}
+# onnx node tests that cover a variation tinyc refuses on purpose (3D ConvTranspose runs now)
+UNSUPPORTED: set[str] = set()
 # node tests also compiled to C (one per family plus the trickiest tables)
 COMPILED = ["test_convtranspose_output_shape", "test_convtranspose_autopad_same", "test_resize_tf_crop_and_resize_axes_3_2",
             "test_resize_downsample_scales_cubic_antialias", "test_resize_upsample_sizes_nearest_not_larger",

@@ -1,4 +1,4 @@
-"""Conv (1D/2D, grouped, depthwise, strided, padded, dilated).
+"""Conv (1D/2D, grouped, depthwise, strided, padded, dilated); 3D as ConvND.
 
 Imported in ONNX's NCHW form; the layout pass turns it into channels-last (NHWC / NWC) with
 weights as [KH, KW, IC/groups, OC] — the form the C kernels (and Cortex-M int8 kernels) want.
@@ -398,8 +398,8 @@ class Conv(OpDef):
 
     def import_onnx(self, ctx):
         xs = ctx.shape(0)
-        if len(xs) not in (3, 4):
-            ctx.unsupported(f"only 1D and 2D convolutions are supported (input rank {len(xs)})")
+        if len(xs) not in (3, 4, 5):
+            ctx.unsupported(f"only 1D, 2D and 3D convolutions are supported (input rank {len(xs)})")
         w = ctx.const(1)
         if w is None:
             ctx.unsupported("weights must be constant")
@@ -421,7 +421,14 @@ class Conv(OpDef):
         else:
             ins.append(ctx.add_constant("bias", np.zeros(w.shape[0], np.float32)))
         return ctx.make_node(
-            "Conv", inputs=ins, kernel=kernel, strides=strides, pads=pads, dilations=dil, group=group, layout="NCHW"
+            "Conv" if n < 3 else "ConvND",
+            inputs=ins,
+            kernel=kernel,
+            strides=strides,
+            pads=pads,
+            dilations=dil,
+            group=group,
+            layout="NCHW",
         )
 
     # -- shapes ---------------------------------------------------------------------------
@@ -592,3 +599,65 @@ Conv.implementations = (
     # padded taps are masked, not read from a zero row: no scratch
     Implementation("grid", "conv/grid.c.j2", needs="opencl", knobs=GRID_KNOBS, priority=-10),
 )
+
+
+# -- 3D convolution ----------------------------------------------------------------------------
+def nd_dims(v: list[int], fill: int) -> list[int]:
+    """A per-spatial-dim list of a 1D/2D/3D window as 3 values (leading dims of `fill`)."""
+    return [fill] * (3 - len(v)) + list(v)
+
+
+@register
+class ConvND(OpDef):
+    """3D Conv in NCHW (N, C, D, H, W), weights [OC, IC/group, KD, KH, KW] as ONNX has them:
+    the plain loop nest, float32. The 1D/2D Conv keeps its channels-last tiled kernels, their
+    tuning and int8 forms; this op never changes layout and stays float in an int8 graph."""
+
+    op = "ConvND"
+    absorbs_activation = True
+    template = "conv_nd.c.j2"
+
+    def geometry(self, node: Node, graph: Graph) -> dict[str, Any]:
+        a = node.attrs
+        x = graph.tensor(node.inputs[0]).shape
+        w = graph.tensor(node.inputs[1]).shape
+        n = len(a["kernel"])
+        size = [int(v) for v in x[2:]]
+        k, s, d = list(a["kernel"]), list(a["strides"]), list(a["dilations"])
+        pb, pe = list(a["pads"][:n]), list(a["pads"][n:])
+        out = [conv_out_size(size[i], k[i], s[i], d[i], pb[i], pe[i]) for i in range(n)]
+        g = int(a["group"])
+        return dict(N=int(x[0]), C=int(x[1]), OC=int(w[0]), G=g, size=size, k=k, s=s, d=d, pb=pb, out=out)
+
+    def infer(self, node: Node, graph: Graph) -> list[OutputType]:
+        m = self.geometry(node, graph)
+        return [((m["N"], m["OC"], *m["out"]), "float32")]
+
+    def macs(self, node: Node, graph: Graph) -> int:
+        m = self.geometry(node, graph)
+        return m["N"] * m["OC"] * (m["C"] // m["G"]) * int(np.prod(m["out"])) * int(np.prod(m["k"]))
+
+    def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        a = node.attrs
+        y = conv_nchw_reference(inputs[0], inputs[1], inputs[2], a["strides"], a["pads"], a["dilations"], a["group"])
+        return [apply_activation(node, np.ascontiguousarray(y))]
+
+    def onnx_weight_axis(self, op_type: str, attr: Any) -> int | None:
+        return 0
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
+        m = self.geometry(node, graph)
+        return dict(
+            NOC=m["N"] * m["OC"],
+            OC=m["OC"],
+            C=m["C"],
+            ICG=m["C"] // m["G"],
+            OCG=m["OC"] // m["G"],
+            S=nd_dims(m["size"], 1),
+            O=nd_dims(m["out"], 1),
+            K=nd_dims(m["k"], 1),
+            ST=nd_dims(m["s"], 1),
+            DL=nd_dims(m["d"], 1),
+            PB=nd_dims(m["pb"], 0),
+            padded=any(a for a in node.attrs["pads"]),
+        )

@@ -1,4 +1,5 @@
-"""ConvTranspose (1D/2D, grouped, strided, padded, dilated, output_padding/output_shape/auto_pad).
+"""ConvTranspose (1D/2D, grouped, strided, padded, dilated, output_padding/output_shape/auto_pad);
+3D as ConvTransposeND.
 
 Imported in ONNX's NCHW form with weights [IC, OC/groups, *K]; the layout pass turns it into
 channels-last with weights [*K, IC, OC/groups]. The C kernel *gathers*: each output pixel sums
@@ -14,7 +15,7 @@ import numpy as np
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node
 from tinyc.ops.base import OpDef, OutputType, register
-from tinyc.ops.conv import apply_activation, check_bias, weights_to_channels_last
+from tinyc.ops.conv import apply_activation, check_bias, nd_dims, weights_to_channels_last
 
 
 def convtranspose_geometry(
@@ -108,8 +109,8 @@ class ConvTranspose(OpDef):
 
     def import_onnx(self, ctx):
         xs = ctx.shape(0)
-        if len(xs) not in (3, 4):
-            ctx.unsupported(f"only 1D and 2D transposed convolutions are supported (input rank {len(xs)})")
+        if len(xs) not in (3, 4, 5):
+            ctx.unsupported(f"only 1D, 2D and 3D transposed convolutions are supported (input rank {len(xs)})")
         if ctx.dtype(0) != "float32":
             ctx.unsupported(f"element type {ctx.dtype(0)} (float32 only)")
         w = ctx.const(1)
@@ -165,7 +166,7 @@ class ConvTranspose(OpDef):
         else:
             ins.append(ctx.add_constant("bias", np.zeros(oc, np.float32)))
         return ctx.make_node(
-            "ConvTranspose",
+            "ConvTranspose" if n < 3 else "ConvTransposeND",
             inputs=ins,
             outputs=ctx.outputs[:1],
             kernel=kernel,
@@ -277,3 +278,53 @@ class ConvTranspose(OpDef):
         m = self._dims(node, graph)
         sched = schedule or self.default_schedule(node, graph, "host")
         return dict(m=m, oc_tile=sched.get("oc_tile", 1), ow_tile=sched.get("ow_tile", 1))
+
+
+@register
+class ConvTransposeND(OpDef):
+    """3D ConvTranspose in NCHW, weights [IC, OC/group, KD, KH, KW] as ONNX has them: the gather
+    loop nest (each output sums the taps landing on it), float32. The 1D/2D op keeps its
+    channels-last kernel; this one never changes layout."""
+
+    op = "ConvTransposeND"
+    absorbs_activation = True
+    template = "conv_transpose_nd.c.j2"
+
+    def infer(self, node: Node, graph: Graph) -> list[OutputType]:
+        x = graph.tensor(node.inputs[0]).shape
+        w = graph.tensor(node.inputs[1]).shape
+        return [((x[0], int(w[1]) * node.attrs["group"], *node.attrs["out_spatial"]), "float32")]
+
+    def macs(self, node: Node, graph: Graph) -> int:
+        x = graph.tensor(node.inputs[0]).shape
+        w = graph.tensor(node.inputs[1]).shape
+        return int(np.prod(x)) * int(np.prod(w[1:]))
+
+    def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        a = node.attrs
+        x, w, b = inputs[0], inputs[1], inputs[2]
+        y = convtranspose_nchw_reference(x, w, b, a["strides"], a["pads"], a["dilations"], a["group"], a["out_spatial"])
+        return [apply_activation(node, np.ascontiguousarray(y))]
+
+    def onnx_weight_axis(self, op_type: str, attr: Any) -> int | None:
+        return 1
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
+        a = node.attrs
+        x = graph.tensor(node.inputs[0]).shape
+        w = graph.tensor(node.inputs[1]).shape
+        g, n = int(a["group"]), len(a["kernel"])
+        ocg = int(w[1])
+        return dict(
+            NOC=int(x[0]) * ocg * g,
+            OC=ocg * g,
+            C=int(x[1]),
+            ICG=int(x[1]) // g,
+            OCG=ocg,
+            S=nd_dims([int(v) for v in x[2:]], 1),
+            O=nd_dims(list(a["out_spatial"]), 1),
+            K=nd_dims(list(a["kernel"]), 1),
+            ST=nd_dims(list(a["strides"]), 1),
+            DL=nd_dims(list(a["dilations"]), 1),
+            PB=nd_dims(list(a["pads"][:n]), 0),
+        )

@@ -3,7 +3,10 @@ Imported NCHW; the layout pass runs them channels-last like Conv.
 
 MaxPool also runs on int8/uint8 (ONNX allows them since opset 12): the maximum of quantized
 values is the quantized maximum when input and output share scale and zero point, so the int8
-lowering reuses this op unchanged (``build_qmaxpool``). Padded taps are skipped, never read."""
+lowering reuses this op unchanged (``build_qmaxpool``). Padded taps are skipped, never read.
+
+3D windows, MaxPool's Indices output and LpPool import as PoolND instead: a plain NCHW loop nest
+of its own (pool_nd.c.j2), so the 1D/2D kernels, their schedules and int8 forms stay as they are."""
 
 from __future__ import annotations
 
@@ -49,8 +52,11 @@ class Pool(OpDef):
     def import_onnx(self, ctx):
         xs = ctx.shape(0)
         n = len(xs) - 2
+        wants_indices = len(ctx.outputs) > 1 and bool(ctx.outputs[1])
+        if n == 3 or (wants_indices and n in (1, 2)):
+            return import_pool_nd(ctx, "max" if "Max" in ctx.op_type else "avg")
         if n not in (1, 2):
-            ctx.unsupported(f"only 1D and 2D pooling is supported (input rank {len(xs)})")
+            ctx.unsupported(f"only 1D, 2D and 3D pooling is supported (input rank {len(xs)})")
         kind = "max" if "Max" in ctx.op_type else "avg"
         if ctx.dtype(0) != "float32" and not (kind == "max" and ctx.dtype(0) in self.INT_DTYPES):
             ctx.unsupported(f"element type {ctx.dtype(0)} (float32{', int8, uint8' if kind == 'max' else ''} only)")
@@ -68,10 +74,7 @@ class Pool(OpDef):
                 layout="NCHW",
                 is_global=True,
             )
-        if len(ctx.outputs) > 1 and ctx.outputs[1]:
-            ctx.unsupported("the Indices output of MaxPool is not supported")
-        if int(ctx.attr("storage_order", 0)):
-            ctx.unsupported("storage_order=1 is not supported")
+        # storage_order only changes the Indices output, which is not asked for here
         if ctx.attr("kernel_shape") is None:
             ctx.invalid("the kernel_shape attribute is required")
         kernel = [int(k) for k in ctx.attr("kernel_shape")]
@@ -233,4 +236,227 @@ class Pool(OpDef):
             uniform=(not padded) or (a["kind"] == "avg" and a["count_include_pad"] and not a["ceil_mode"]),
             div_h=[c for _, _, c in wh],
             div_w=[c for _, _, c in ww],
+        )
+
+
+# -- N-D pooling (3D windows, MaxPool's Indices, LpPool) ----------------------------------------
+#: Element types per kind of PoolND: a maximum only compares, averages and p-norms compute in float.
+POOL_ND_DTYPES = {"max": ("float32", "int8", "uint8"), "avg": ("float32",), "lp": ("float32",)}
+
+
+def import_pool_nd(ctx: Any, kind: str, p: int = 0) -> Node:
+    """A PoolND node (kind "max", "avg" or "lp") from MaxPool / AveragePool / LpPool and their
+    Global forms: every spatial rank 1-3, and MaxPool's Indices output (attr `indices`)."""
+    xs = ctx.shape(0)
+    n = len(xs) - 2
+    if n not in (1, 2, 3):
+        ctx.unsupported(f"only 1D, 2D and 3D pooling is supported (input rank {len(xs)})")
+    if ctx.dtype(0) not in POOL_ND_DTYPES[kind]:
+        ctx.unsupported(f"element type {ctx.dtype(0)} (supported: {', '.join(POOL_ND_DTYPES[kind])})")
+    if any(int(d) == 0 for d in xs):
+        ctx.unsupported(f"zero-size input {list(xs)}")
+    indices = len(ctx.outputs) > 1 and bool(ctx.outputs[1])
+    common = dict(kind=kind, p=int(p), layout="NCHW", indices=indices, storage_order=int(ctx.attr("storage_order", 0)))
+    if ctx.op_type.startswith("Global"):
+        return ctx.make_node(
+            "PoolND",
+            inputs=ctx.inputs[:1],
+            outputs=ctx.outputs[:1],
+            kernel=[int(v) for v in xs[2:]],
+            strides=[1] * n,
+            pads=[0] * (2 * n),
+            dilations=[1] * n,
+            ceil_mode=0,
+            count_include_pad=0,
+            is_global=True,
+            **common,
+        )
+    if ctx.attr("kernel_shape") is None:
+        ctx.invalid("the kernel_shape attribute is required")
+    kernel = [int(k) for k in ctx.attr("kernel_shape")]
+    strides = [int(s) for s in (ctx.attr("strides") or [1] * n)]
+    dil = [int(d) for d in (ctx.attr("dilations") or [1] * n)]
+    pads = resolve_pads(ctx, xs[2:], kernel, strides, dil)
+    if any(pads[i] >= kernel[i] or pads[i + n] >= kernel[i] for i in range(n)):
+        ctx.invalid(f"pads {pads} must be smaller than the kernel {kernel} (onnxruntime refuses larger ones)")
+    return ctx.make_node(
+        "PoolND",
+        inputs=ctx.inputs[:1],
+        outputs=ctx.outputs[:2] if indices else ctx.outputs[:1],
+        kernel=kernel,
+        strides=strides,
+        pads=pads,
+        dilations=dil,
+        ceil_mode=int(ctx.attr("ceil_mode", 0)),
+        count_include_pad=int(ctx.attr("count_include_pad", 0)),
+        is_global=False,
+        **common,
+    )
+
+
+def pool_nd_geometry(node: Node, graph: Graph) -> dict[str, Any]:
+    """Sizes of a PoolND node per spatial dim (lists): input `size`, kernel `k`, stride `s`,
+    dilation `d`, pads `pb`/`pe`, output `out` (ceil_mode's last window starts inside the
+    input or its begin padding, as onnx.reference and onnxruntime say)."""
+    a = node.attrs
+    x = graph.tensor(node.inputs[0]).shape
+    n = len(a["kernel"])
+    size = [int(v) for v in x[2:]]
+    k, s, d = list(a["kernel"]), list(a["strides"]), list(a["dilations"])
+    pb, pe = list(a["pads"][:n]), list(a["pads"][n:])
+    out = []
+    for i in range(n):
+        o = conv_out_size(size[i], k[i], s[i], d[i], pb[i], pe[i], bool(a["ceil_mode"]))
+        if a["ceil_mode"] and (o - 1) * s[i] >= size[i] + pb[i]:
+            o -= 1
+        out.append(o)
+    return dict(N=int(x[0]), C=int(x[1]), size=size, k=k, s=s, d=d, pb=pb, pe=pe, out=out)
+
+
+def _flat_multipliers(size: list[int], storage_order: int) -> list[int]:
+    """What each spatial index is multiplied by in MaxPool's Indices: row-major (storage_order 0)
+    or column-major over the spatial dims (1)."""
+    n = len(size)
+    if storage_order:
+        return [int(np.prod(size[:i], dtype=np.int64)) for i in range(n)]
+    return [int(np.prod(size[i + 1 :], dtype=np.int64)) for i in range(n)]
+
+
+def pool_nd_reference(node: Node, g: dict[str, Any], x: np.ndarray) -> list[np.ndarray]:
+    """Float64 pooling over every kernel tap as one strided view of the padded input: max (first
+    maximum wins, with its flat index), average (count with or without the pads) or p-norm."""
+    a = node.attrs
+    n, size, k, s, d, pb, pe, out = (len(g["k"]), g["size"], g["k"], g["s"], g["d"], g["pb"], g["pe"], g["out"])
+    ext = [max(0, (out[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - size[i] - pb[i] - pe[i]) for i in range(n)]
+    widths = [(0, 0), (0, 0)] + [(pb[i], pe[i] + ext[i]) for i in range(n)]
+    xp = np.pad(x.astype(np.float64), widths)
+    valid = np.pad(np.ones(size, bool), widths[2:])
+    inpad = np.pad(np.ones([size[i] + pb[i] + pe[i] for i in range(n)], bool), [(0, e) for e in ext])
+    flat = np.pad(
+        sum(
+            np.arange(size[i]).reshape([-1 if j == i else 1 for j in range(n)]) * m
+            for i, m in enumerate(_flat_multipliers(size, a["storage_order"]))
+        )
+        * np.ones(size, np.int64),
+        widths[2:],
+    )
+    lead = x.shape[:2]
+    kind = a["kind"]
+    acc = np.full((*lead, *out), -np.inf if kind == "max" else 0.0)
+    arg = np.full((*lead, *out), -1, np.int64)
+    count = np.zeros(out)
+    for kidx in np.ndindex(*k):
+        sl = tuple(slice(kidx[i] * d[i], kidx[i] * d[i] + (out[i] - 1) * s[i] + 1, s[i]) for i in range(n))
+        v, ok = xp[(slice(None), slice(None)) + tuple(sl)], valid[sl]
+        count += inpad[sl] if a["count_include_pad"] else ok
+        if kind == "max":
+            better = ok & ((v > acc) | (arg < 0) | np.isnan(v))
+            better &= ~np.isnan(acc) | (arg < 0)  # a NaN stays the maximum
+            acc = np.where(better, v, acc)
+            arg = np.where(better, flat[sl], arg)
+        elif kind == "avg":
+            with np.errstate(invalid="ignore"):
+                acc = acc + np.where(ok, v, 0.0)
+        else:
+            acc = acc + np.where(ok, np.abs(v) ** a["p"], 0.0)
+    if kind == "avg":
+        acc = acc / np.maximum(count, 1)
+    elif kind == "lp":
+        acc = acc ** (1.0 / a["p"])
+    elif x.dtype.kind != "f":
+        acc = np.where(arg < 0, float(np.iinfo(x.dtype).min), acc)
+    y = np.ascontiguousarray(acc.astype(x.dtype))
+    if not a["indices"]:
+        return [y]
+    plane = int(np.prod(size, dtype=np.int64))
+    base = np.arange(lead[0] * lead[1], dtype=np.int64).reshape(*lead, *([1] * n)) * plane
+    return [y, np.ascontiguousarray(np.where(arg < 0, -1, arg + base))]
+
+
+@register
+class PoolND(OpDef):
+    """Pooling in NCHW over 1-3 spatial dims: 3D MaxPool/AveragePool, MaxPool with its Indices
+    output, LpPool. The 1D/2D pools without Indices keep the channels-last `Pool` (and its int8
+    forms); this one is the plain loop nest, float32 (int8/uint8 for max), never channels-last."""
+
+    op = "PoolND"
+    template = "pool_nd.c.j2"
+    dtypes: tuple[str, ...] = ("float32", "int8", "uint8")
+    int8_kernel = True
+
+    def keeps_input_grid(self, node: Node) -> bool:
+        return node.attrs["kind"] == "max"  # a maximum is one of the input values
+
+    def lower_int8(self, node: Node, low: Int8Lowering) -> str | None:
+        """Max pooling on the input's grid (the same kernel on int8); averages, p-norms and
+        Indices stay float (no N-D integer kernel)."""
+        if node.attrs["kind"] != "max" or node.attrs["indices"]:
+            return f"no int8 kernel for N-D {node.attrs['kind']} pooling" + (
+                " with Indices" if node.attrs["indices"] else ""
+            )
+        x_q = low.as_int8(node.inputs[0])
+        low.preserving(node, x_q, lambda y: Node(node.name, "PoolND", [x_q], [y], dict(node.attrs), source=node.source))
+        return None
+
+    def infer(self, node: Node, graph: Graph) -> list[OutputType]:
+        g = pool_nd_geometry(node, graph)
+        shape = (g["N"], g["C"], *g["out"])
+        res: list[OutputType] = [(shape, graph.tensor(node.inputs[0]).dtype)]
+        if node.attrs["indices"]:
+            res.append((shape, "int64"))
+        return res
+
+    def macs(self, node: Node, graph: Graph) -> int:
+        g = pool_nd_geometry(node, graph)
+        return g["N"] * g["C"] * int(np.prod(g["out"])) * int(np.prod(g["k"]))
+
+    def params(self, node: Node, graph: Graph) -> int:
+        return 0
+
+    def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return pool_nd_reference(node, pool_nd_geometry(node, graph), inputs[0])
+
+    def check_supported(self, node: Node, graph: Graph) -> None:
+        super().check_supported(node, graph)
+        dt = graph.tensor(node.inputs[0]).dtype
+        if dt not in POOL_ND_DTYPES[node.attrs["kind"]]:
+            raise UnsupportedError(
+                f"node '{node.source or node.name}' (PoolND): {node.attrs['kind']} pooling of {dt} (float32 only)"
+            )
+
+    def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
+        a = node.attrs
+        g = pool_nd_geometry(node, graph)
+        lead = 3 - len(g["k"])  # 1D and 2D run as 3D with leading dims of 1
+
+        def dims(v: list[int], fill: int) -> list[int]:
+            return [fill] * lead + list(v)
+
+        size, out = dims(g["size"], 1), dims(g["out"], 1)
+        k, s, dl = dims(g["k"], 1), dims(g["s"], 1), dims(g["d"], 1)
+        pb, pe = dims(g["pb"], 0), dims(g["pe"], 0)
+        inc = bool(a["count_include_pad"])
+        divs = [
+            [max(1, c) for _, _, c in _windows(size[i], k[i], s[i], dl[i], pb[i], pe[i], out[i], inc)] for i in range(3)
+        ]
+        padded = any(pb) or any(pe) or bool(a["ceil_mode"])
+        dt = graph.tensor(node.inputs[0]).dtype
+        return dict(
+            NC=g["N"] * g["C"],
+            S=size,
+            O=out,
+            K=k,
+            ST=s,
+            DL=dl,
+            PB=pb,
+            kind=a["kind"],
+            p=a["p"],
+            padded=padded,
+            T=ctype(dt),
+            is_float=dt == "float32",
+            lowest={"float32": "-INFINITY", "int8": "INT8_MIN", "uint8": "0"}[dt],
+            indices=a["indices"],
+            mult=dims(_flat_multipliers(g["size"], a["storage_order"]), 0),
+            uniform=(not padded) or (inc and not a["ceil_mode"]),
+            divs=divs,
         )
