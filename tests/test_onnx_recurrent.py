@@ -1,7 +1,8 @@
 """ONNX LSTM / GRU / RNN (tinyc/ops/rnn.py): every attribute against onnxruntime on host C, real
 recurrent models (a GRU keyword spotter, a 2-layer LSTM regressor, a bidirectional GRU) float vs
-onnxruntime, and their int8 forms (PTQ with calibration data) against float and bit for bit
-between the golden model and C, on the host and on the emulated Cortex-M4 board mps2-an386."""
+onnxruntime, and their int8 forms (PTQ with calibration data: TflmLstm, and the QGRU / QRNN /
+QLSTM kernels of tinyc/ops/rnn_q.py) against float and bit for bit between the golden model and
+C, on the host, on OpenCL and on the emulated Cortex-M4 board mps2-an386."""
 from __future__ import annotations
 
 import json
@@ -59,6 +60,7 @@ CASES = {
     "rnn_relu_bidir_layout1": ("RNN", dict(direction="bidirectional", layout=1, activations=["Relu", "Tanh"]), 2),
     "rnn_seq_lens_reverse": ("RNN", dict(direction="reverse", seq=[5, 2, 3]), 2),
     "gru_lbr_bidir": ("GRU", dict(direction="bidirectional", linear_before_reset=1), 2),
+    "gru_lbr_forward": ("GRU", dict(linear_before_reset=1), 2),
     "gru_seq_lens_init_h_layout1": ("GRU", dict(layout=1, seq=[3, 5, 1], init_h=True), 2),
     "gru_hardsigmoid_softsign": ("GRU", dict(activations=["HardSigmoid", "Softsign"], activation_alpha=[0.3],
                                              activation_beta=[0.4]), 2),
@@ -244,6 +246,8 @@ def test_real_recurrent_models_float_and_int8(tmp_path, name):
     ops = [n.op for n in res.graph.nodes]
     if name == "lstm_regressor":
         assert ops.count("TflmLstm") == 2 and "LSTM" not in ops, ops
+    else:
+        assert ops.count("QGRU") == 1 and "GRU" not in ops, ops
     if classifies:
         agree = float(np.mean(q.reshape(len(x), -1).argmax(1) == want.reshape(len(x), -1).argmax(1)))
         assert agree >= 0.99, agree
@@ -278,10 +282,10 @@ def test_real_recurrent_models_int8_on_cortex_m4(tmp_path, name):
 
 
 @pytest.mark.parametrize("layout, direction", [(1, "forward"), (0, "bidirectional")])
-def test_int8_lstm_is_tflm_lstm_or_stays_float_with_a_reason(tmp_path, layout, direction):
-    """A standard LSTM (here batch-major, Y and Y_h read) lowers to TFLite Micro's integer LSTM and
-    the C equals the golden model bit for bit; a bidirectional one stays float, with the reason in
-    the quantization report."""
+def test_int8_lstm_is_tflm_lstm_or_qlstm(tmp_path, layout, direction):
+    """A standard LSTM (here batch-major, Y and Y_h read) lowers to TFLite Micro's integer LSTM, a
+    bidirectional one to QLSTM (the same arithmetic per direction); the C equals the golden model
+    bit for bit."""
     r = np.random.default_rng(5)
     inits: list = []
     n_d = 2 if direction == "bidirectional" else 1
@@ -294,17 +298,139 @@ def test_int8_lstm_is_tflm_lstm_or_stays_float_with_a_reason(tmp_path, layout, d
     ops = [n.op for n in res.graph.nodes]
     got = tinyc.run(tmp_path / "q", {"X": x[30:]})
     want = [np.stack(v) for v in zip(*(_ort_any_layout(model, {"X": v}) for v in x[30:]))]
+    assert ("TflmLstm" if direction == "forward" else "QLSTM") in ops and "LSTM" not in ops, ops
+    for k, v in enumerate(x[30:33]):
+        gold = tinyc.reference.run_graph(res.graph, {"X": v})
+        for name in ("Y", "Y_h"):
+            np.testing.assert_array_equal(gold[name], got[name][k])
     if direction == "forward":
-        assert "TflmLstm" in ops and "LSTM" not in ops, ops
-        for k, v in enumerate(x[30:33]):
-            gold = tinyc.reference.run_graph(res.graph, {"X": v})
-            for name in ("Y", "Y_h"):
-                np.testing.assert_array_equal(gold[name], got[name][k])
         y_last = want[0][:, :, -1] if layout else want[0][:, -1]
         np.testing.assert_allclose(want[1], y_last.reshape(want[1].shape), rtol=1e-6)
-    else:
-        assert "LSTM" in ops
-        report = json.dumps(res.report)
-        assert "direction bidirectional (forward only" in report, report[:2000]
     for name, w in zip(("Y", "Y_h"), want):
         assert np.max(np.abs(got[name] - w)) < 0.1, name
+
+
+INT8_FORMS = {
+    "gru_bidir_layout1_init_h": ("GRU", dict(direction="bidirectional", layout=1, init_h=True), ["Y", "Y_h"]),
+    "gru_lbr_reverse": ("GRU", dict(direction="reverse", linear_before_reset=1), ["Y", "Y_h"]),
+    "gru_lbr_bidir_y_h_only": ("GRU", dict(direction="bidirectional", linear_before_reset=1), ["", "Y_h"]),
+    "rnn_tanh_forward": ("RNN", dict(), ["Y", "Y_h"]),
+    "lstm_reverse_init_states": ("LSTM", dict(direction="reverse", init_h=True), ["Y", "Y_h"]),
+    "lstm_bidir_layout1": ("LSTM", dict(direction="bidirectional", layout=1), ["Y", "Y_h"]),
+    "rnn_relu_tanh_bidir_layout1": ("RNN", dict(direction="bidirectional", layout=1, activations=["Relu", "Tanh"]),
+                                    ["Y", "Y_h"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INT8_FORMS))
+def test_int8_gru_rnn_lstm_kernels(tmp_path, case):
+    """GRU / RNN forms lower to the int16-gate kernels (QGRU / QRNN), LSTMs outside TFLite Micro's
+    kernel (reverse, bidirectional, initial states) to QLSTM; no float layer is left; the C
+    equals the golden model bit for bit; every output is within a few steps of its int8 grid of
+    onnxruntime's float result (calibrated on the tested inputs, so that no state is clipped)."""
+    from tinyc.numerics.qparams import qparams_of
+
+    op, spec, outs = INT8_FORMS[case]
+    r = np.random.default_rng(7)
+    spec = dict(spec)
+    n_d = 2 if spec.get("direction") == "bidirectional" else 1
+    layout = spec.get("layout", 0)
+    xs = (B, T, I) if layout else (T, B, I)
+    inits: list = []
+    extra: tuple = ()
+    if spec.pop("init_h", False):
+        st = (B, n_d, H) if layout else (n_d, B, H)
+        inits.append(numpy_helper.from_array((r.standard_normal(st) * 0.5).astype(np.float32), "h0"))
+        extra = ("", "h0")
+        if op == "LSTM":
+            inits.append(numpy_helper.from_array((r.standard_normal(st) * 0.8).astype(np.float32), "c0"))
+            extra = ("", "h0", "c0")
+    node = _layer(op, "X", outs, I, H, n_d, r, inits, "L", extra_inputs=extra, **spec)
+    names = [o for o in outs if o]
+    model = _model([node], {"X": xs}, names, inits)
+    x = r.standard_normal((40,) + xs).astype(np.float32)
+    np.savez(tmp_path / "calib.npz", X=x)  # the tested inputs among them: no state leaves its grid
+    res = tinyc.compile(model, tmp_path / "q", quantize="int8", calib=tmp_path / "calib.npz")
+    ops = [n.op for n in res.graph.nodes]
+    assert f"Q{op}" in ops and op not in ops, ops
+    got = tinyc.run(tmp_path / "q", {"X": x[30:]})
+    for k, v in enumerate(x[30:34]):
+        gold = tinyc.reference.run_graph(res.graph, {"X": v})
+        for name in names:
+            np.testing.assert_array_equal(gold[name], got[name][k], err_msg=name)
+    want = [np.stack(v) for v in zip(*(_ort_any_layout(model, {"X": v}) for v in x[30:]))]
+    final = {n.outputs[0]: n.inputs[0] for n in res.graph.nodes if n.op == "DequantizeLinear"}
+    for name, w in zip(names, want):
+        s, zp = qparams_of(res.graph, final[name])
+        err = float(np.max(np.abs(got[name] - w))) / s
+        print(f"{case} {name}: max |int8 - float| {err:.2f} steps of the int8 grid")
+        assert err < 4, (name, err)
+
+
+@pytest.mark.parametrize("op, attrs, reason", [("GRU", dict(clip=0.5), "int8 GRU with clip"),
+                                               ("LSTM", dict(direction="reverse", input_forget=1),
+                                                "int8 LSTM with input_forget")])
+def test_int8_recurrent_outside_the_kernels_stays_float_with_the_reason(tmp_path, op, attrs, reason):
+    r = np.random.default_rng(8)
+    inits: list = []
+    node = _layer(op, "X", ["Y"], I, H, 1, r, inits, "L", **attrs)
+    model = _model([node], {"X": (T, B, I)}, ["Y"], inits)
+    np.savez(tmp_path / "calib.npz", X=r.standard_normal((20, T, B, I)).astype(np.float32))
+    res = tinyc.compile(model, tmp_path / "q", quantize="int8", calib=tmp_path / "calib.npz")
+    assert op in [n.op for n in res.graph.nodes]
+    assert reason in json.dumps(res.report)
+
+
+def _three_layers() -> tuple[onnx.ModelProto, np.ndarray]:
+    """A GRU (bidirectional, linear_before_reset), an RNN (Relu / Tanh directions) and an LSTM
+    (reverse) side by side on one input, and 20 inputs (H = 8: the DSP dot products' 4-wide path
+    and no tail; I = 4)."""
+    r = np.random.default_rng(9)
+    inits: list = []
+    nodes = [_layer("GRU", "X", ["", "hg"], I, 8, 2, r, inits, "gru", direction="bidirectional", linear_before_reset=1),
+             _layer("GRU", "X", ["", "hg0"], I, 7, 1, r, inits, "gru0"),
+             _layer("RNN", "X", ["", "hr"], I, 8, 2, r, inits, "rnn", direction="bidirectional",
+                    activations=["Relu", "Tanh"]),
+             _layer("LSTM", "X", ["yl"], I, 8, 1, r, inits, "lstm", direction="reverse")]
+    model = _model(nodes, {"X": (T, B, I)}, ["hg", "hg0", "hr", "yl"], inits)
+    return model, r.standard_normal((20, T, B, I)).astype(np.float32)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None,
+                    reason="needs qemu-system-arm and arm-none-eabi-gcc")
+def test_int8_recurrent_kernels_on_cortex_m4(tmp_path):
+    """The same layers on the emulated Cortex-M4 (its DSP dot products: SMLAD, with and without a
+    tail, linear_before_reset both ways): bit for bit equal to the golden model."""
+    model, x = _three_layers()
+    np.savez(tmp_path / "calib.npz", X=x)
+    res = tinyc.compile(model, tmp_path / "fw", board="mps2-an386", quantize="int8", calib=tmp_path / "calib.npz",
+                        build=True)
+    assert {"QGRU", "QRNN", "QLSTM"} <= {n.op for n in res.graph.nodes}
+    v = tinyc.validate(tmp_path / "fw", {"X": x[:2]})
+    for name, e in v["outputs"].items():
+        assert e["bit_exact_vs_golden"], (name, v)
+
+
+def _opencl_device() -> bool:
+    try:
+        import pyopencl as cl
+        return any(p.get_devices() for p in cl.get_platforms())
+    except Exception:  # no pyopencl, or no platform
+        return False
+
+
+@pytest.mark.skipif(not _opencl_device(), reason="needs pyopencl and an OpenCL device (e.g. PoCL)")
+def test_int8_recurrent_kernels_on_opencl(tmp_path):
+    """QGRU, QRNN and QLSTM (_three_layers) render for the OpenCL dialect and equal the golden
+    model bit for bit there (one program)."""
+    model, x = _three_layers()
+    np.savez(tmp_path / "calib.npz", X=x)
+    res = tinyc.compile(model, tmp_path / "q", target="opencl", quantize="int8", calib=tmp_path / "calib.npz")
+    ops = [n.op for n in res.graph.nodes]
+    assert {"QGRU", "QRNN", "QLSTM"} <= set(ops) and not {"GRU", "RNN", "LSTM"} & set(ops), ops
+    got = tinyc.run(tmp_path / "q", {"X": x[:3]})
+    for k in range(3):
+        gold = tinyc.reference.run_graph(res.graph, {"X": x[k]})
+        for name in ("hg", "hg0", "hr", "yl"):
+            np.testing.assert_array_equal(gold[name], got[name][k], err_msg=name)

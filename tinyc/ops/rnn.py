@@ -34,7 +34,7 @@ from tinyc.ir import Graph, Node
 from tinyc.numerics.literals import c_float
 from tinyc.ops.base import Int8Lowering, OpDef, OutputType, register_instance
 from tinyc.ops.elementwise import UNARY
-from tinyc.ops.rnn_int8 import lower_lstm
+from tinyc.ops.rnn_int8 import lower_lstm, lower_qrecurrent
 
 #: the ONNX activations a recurrent layer may name, and which of alpha / beta each takes
 _TAKES = {
@@ -208,7 +208,7 @@ class Recurrent(OpDef):
         lbr = cell.op == "GRU" and bool(int(ctx.attr("linear_before_reset", 0)))
         rbh = ""
         if lbr:
-            rbh = ctx.add_constant("rbh", np.ascontiguousarray(rb[:, 2 * n_h :]))
+            rbh = ctx.add_constant("rbh", rb[:, 2 * n_h :].copy())  # a copy: rb is zeroed there next
             rb[:, 2 * n_h :] = 0
         acts = parse_activations(
             list(ctx.attr("activations", list(cell.activations) * n_d)),
@@ -341,9 +341,10 @@ class Recurrent(OpDef):
         return n_d * n_t * n_b * self.cell.gates * n_h * (n_i + n_h)
 
     def lower_int8(self, node: Node, low: Int8Lowering) -> str | None:
-        """LSTM: TFLite Micro's integer LSTM (tinyc/ops/rnn_int8.py); GRU and RNN stay float."""
+        """LSTM: TFLite Micro's integer LSTM; GRU and RNN: int16-gate kernels in its arithmetic
+        (tinyc/ops/rnn_int8.py, tinyc/ops/rnn_q.py)."""
         if self.cell.op != "LSTM":
-            return f"no int8 {self.cell.op} kernel (the layer stays float)"
+            return lower_qrecurrent(node, low)
         return lower_lstm(node, low)
 
     # -- code generation -------------------------------------------------------------------
