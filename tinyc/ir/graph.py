@@ -105,6 +105,9 @@ class Graph:
     # list of tensor names, an optional one a tensor/sequence name or None (empty). Never in kernels.
     sequences: dict[str, list[str]] = field(default_factory=dict)
     optionals: dict[str, str | None] = field(default_factory=dict)
+    # Import-time only: the node a constant was folded from (tinyc/ops/matmul_int4.py keeps a weight
+    # folded from a 4-bit DequantizeLinear packed instead of as float32).
+    folded_from: dict[str, Node] = field(default_factory=dict)
 
     def public_outputs(self) -> list[tuple[str, str]]:
         """(public name, internal tensor) per graph output."""

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tinyc.ir import Graph, Node
-from tinyc.ops.base import Int8Lowering, OpDef, OutputType, broadcast_strides, register
+from tinyc.ops.base import CTYPES, Int8Lowering, OpDef, OutputType, broadcast_strides, register
 from tinyc.ir.isa import Isa
 from tinyc.ops.conv import (
     GRID_ORDERS,
@@ -24,6 +24,7 @@ from tinyc.ops.conv import (
 )
 
 from tinyc.ops.impl import Implementation, applicable, by_name
+from tinyc.ops.matmul_int4 import int4_weight_node
 
 MM_TYPES = ("float32",)
 
@@ -73,6 +74,11 @@ class Gemm(OpDef):
         ta, tb = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))
         check_gemm_shapes(ctx, ta, tb)
         ins = list(ctx.inputs[:2])
+        c4 = ctx.const(2)
+        if not ta and (c4 is not None or not ctx.has_input(2)):  # a 4-bit weight stays packed
+            n4 = int4_weight_node(ctx, ins[0], ctx.outputs[0], bool(tb), alpha, None if c4 is None else c4 * beta)
+            if n4 is not None:
+                return n4
         b = ctx.const(1)
         if b is not None and np.isfinite(alpha):  # inf * a zero weight would be NaN where alpha * (A @ B) is not
             b2 = b.T if tb else b
@@ -266,11 +272,10 @@ class MatMul(OpDef):
     onnx_ops = ("MatMul",)
     absorbs_activation = True
     template = "matmul.c.j2"
-    dtypes = MM_TYPES
+    dtypes = MM_TYPES + ("float64",)  # float64: the "serial" loop nest in double
 
     def import_onnx(self, ctx):
-        if ctx.dtype(0) not in MM_TYPES:
-            ctx.unsupported(f"element type {ctx.dtype(0)} (float32 only)")
+        self.require_dtype(ctx)
         a_shape = ctx.shape(0)
         bs = ctx.shape(1)
         if not a_shape or not bs:
@@ -283,7 +288,7 @@ class MatMul(OpDef):
         except ValueError:
             ctx.invalid(f"batch dimensions of A {list(a_shape)} and B {list(bs)} do not broadcast")
         b = ctx.const(1)
-        if b is not None and b.ndim == 2 and len(a_shape) >= 2:
+        if b is not None and b.ndim == 2 and len(a_shape) >= 2 and ctx.dtype(0) == "float32":
             rows = int(np.prod(a_shape[:-1]))
             g = ctx.graph
             nodes = []
@@ -301,9 +306,11 @@ class MatMul(OpDef):
                     )
                 )
             out = ctx.outputs[0] if len(a_shape) == 2 else g.unique_name(f"{ctx.name}_gemm")
-            w = ctx.add_constant("weight_kn", np.ascontiguousarray(b.astype(np.float32)))
+            w4 = int4_weight_node(ctx, a_in, out, False)  # a 4-bit weight stays packed
+            w = w4.inputs[1] if w4 else ctx.add_constant("weight_kn", np.ascontiguousarray(b.astype(np.float32)))
             nodes.append(
-                Node(
+                w4
+                or Node(
                     ctx.name,
                     "Gemm",
                     [a_in, w],
@@ -388,7 +395,7 @@ class MatMul(OpDef):
         return {}
 
     def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
-        if not Isa.parse(target).work_items:
+        if not Isa.parse(target).work_items or not _is_f32(node, graph):
             return {}
         a, b = graph.tensor(node.inputs[0]).shape, graph.tensor(node.inputs[1]).shape
         batch, M, _, N, _ = self._shapes(a, b)
@@ -420,6 +427,7 @@ class MatMul(OpDef):
             N=N,
             variant=impl.name,
             impl_template=impl.template,
+            T=CTYPES[graph.tensor(node.inputs[0]).dtype],
         )
         if ctx["variant"] == "grid":
             ctx.update(
@@ -438,6 +446,11 @@ def _plain(node: Node, graph: Graph) -> bool:
     return not (a["transB"] or a["transA"] or a["alpha"] != 1.0)
 
 
+def _is_f32(node: Node, graph: Graph) -> bool:
+    """The "grid" matrix product computes float32 (float64 runs the serial loop nest)."""
+    return graph.tensor(node.inputs[0]).dtype == "float32"
+
+
 def _strided(node: Node, graph: Graph) -> bool:
     return not _plain(node, graph)
 
@@ -454,5 +467,5 @@ Gemm.implementations = (
 )
 MatMul.implementations = (
     Implementation("serial", "matmul/serial.c.j2", knobs=()),
-    Implementation("grid", "matmul/grid.c.j2", needs="opencl", knobs=GRID_MATMUL_KNOBS, priority=-10),
+    Implementation("grid", "matmul/grid.c.j2", _is_f32, needs="opencl", knobs=GRID_MATMUL_KNOBS, priority=-10),
 )
