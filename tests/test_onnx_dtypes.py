@@ -257,3 +257,20 @@ def test_bfloat16_reduce_sum_rounds_every_add(tmp_path):
     assert np.array_equal(nd.storage_view(got), nd.storage_view(exp))
     once = x.astype(np.float32).sum(axis=-1, keepdims=True).astype(ml_dtypes.bfloat16)
     assert not np.array_equal(nd.storage_view(once), nd.storage_view(exp))
+
+
+def test_float64_constants_keep_every_bit(tmp_path):
+    """A float64 constant operand and a float64 scalar are emitted as double literals: the C result
+    equals numpy's float64 arithmetic exactly (float32 literals would be off by ~1e-8 relative)."""
+    from util import sanitized_run
+
+    x = np.random.default_rng(7).standard_normal((3, 5))
+    c = onnx.numpy_helper.from_array(np.full((3, 5), 1.0 / 3.0) + np.arange(15).reshape(3, 5) * 1e-12, "c")
+    s = onnx.numpy_helper.from_array(np.array(np.pi / 7), "s")
+    nodes = [onnx.helper.make_node("Mul", ["x", "c"], ["t"]), onnx.helper.make_node("Add", ["t", "s"], ["y"])]
+    g = onnx.helper.make_graph(nodes, "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.DOUBLE, [3, 5])],
+                               [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.DOUBLE, [3, 5])], [c, s])
+    model = onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 18)])
+    got = sanitized_run(model, {"x": x}, tmp_path)["y"]
+    want = x * onnx.numpy_helper.to_array(c) + np.pi / 7
+    np.testing.assert_array_equal(got, want)

@@ -22,7 +22,7 @@ from tinyc.codegen.launch import LAUNCH, Launch, render_kernel
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node, Tensor
 from tinyc.memory import MemoryLayout
-from tinyc.numerics.literals import c_float, c_int, c_literal
+from tinyc.numerics.literals import c_double, c_float, c_int, c_literal
 from tinyc.numerics.text import c_comment, c_identifier, c_string_literal, cmake_quote, make_text, md_text, xml_text
 from tinyc.ops import get_op
 from tinyc.ops.base import ctype, strides_of
@@ -144,7 +144,9 @@ def _weight_literals(data: np.ndarray, ct: str) -> str:
     from tinyc.numerics.dtypes import storage_view  # narrow types (float16, int4...) as their bits
 
     flat = storage_view(data).reshape(-1)
-    if ct in ("float", "double"):
+    if ct == "double":  # float64 constants keep every bit (a float32 literal would round them)
+        items = [c_double(v) for v in flat.astype(np.float64)]
+    elif ct == "float":
         items = [c_float(v) for v in flat.astype(np.float32)]
     elif data.dtype == np.bool_:
         items = [str(int(v)) for v in flat]

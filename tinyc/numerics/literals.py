@@ -25,6 +25,19 @@ def c_float(value: float | np.floating) -> str:
     return f"{text}f"
 
 
+def c_double(value: float | np.floating) -> str:
+    """Exact float64 literal (17 significant digits round-trip), no suffix; inf/nan via <math.h>."""
+    v = float(value)
+    if math.isnan(v):
+        return "NAN"
+    if math.isinf(v):
+        return "INFINITY" if v > 0 else "(-INFINITY)"
+    text = f"{v:.17g}"
+    if "e" not in text and "." not in text and "n" not in text:
+        text += ".0"
+    return text
+
+
 def c_int(value: int, ctype: str = "int32_t") -> str:
     """An integer literal of C type `ctype`: 64-bit values through INT64_C/UINT64_C (a plain literal
     may be too wide for `long`), the most negative int32 as INT32_MIN (``-2147483648`` is a negation
@@ -43,6 +56,8 @@ def c_int(value: int, ctype: str = "int32_t") -> str:
 
 def c_literal(value: object, ctype: str) -> str:
     """`value` as a literal of the C type `ctype` (float/double or an integer type)."""
-    if ctype in ("float", "double"):
+    if ctype == "double":
+        return c_double(float(value))  # type: ignore[arg-type]
+    if ctype == "float":
         return c_float(float(value))  # type: ignore[arg-type]
     return c_int(int(value), ctype)  # type: ignore[call-overload]
