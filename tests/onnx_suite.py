@@ -8,7 +8,7 @@ subprocess (a crashing kernel must not take the harness down) and compared like 
 
 Statuses: pass, fail (wrong output), error (a bug: an unexpected exception, a C compiler error, a crash),
 unsupported (tinyc refused with a clear UnsupportedError/ShapeError/ModelLoadError), unsupported-op (an op
-type tinyc does not register; not attempted), skipped (model too large for the harness: --max-weights).
+type tinyc neither registers nor can expand from a function body; not attempted), skipped (model too large for the harness: --max-weights).
 
     python tests/onnx_suite.py --write docs/ops.md [--jobs N] [--filter REGEX] [--json out.json]
 """
@@ -767,14 +767,21 @@ def render_markdown(suite: SuiteRun) -> str:
         "Inputs that configure an op (shape, axes, pads, indices, weights...) are graph inputs in many node "
         "tests. When tinyc refuses with \"must be a constant\", the case is retried with those inputs bound "
         "to the test's values as compile-time constants (first the non-float inputs, then all inputs but the "
-        "first), as an ahead-of-time compiler would be used.",
+        "first), as an ahead-of-time compiler would be used; in the shipped model suites only non-float "
+        "inputs are bound. Sequence- and optional-typed inputs are compiled with the structure of the test's "
+        "own data (a sequence of N tensors becomes inputs `x.0` ... `x.N-1`; an absent optional, no input) and "
+        "fed flattened; sequence outputs are compared element by element.",
+        "",
+        "An op without a tinyc kernel that has an ONNX function body is compiled through that body (expanded "
+        "at import, `docs/onnx.md`); its cases count under the op.",
         "",
         f"onnx {_onnx_version()}; {total} cases" + (f"; filter `{suite.filter}`" if suite.filter else "") + ".",
         "",
         "Statuses: **pass**; **fail** (ran, wrong output); **error** (a bug: unexpected exception, "
         "an UnsupportedError/ShapeError that only wraps a Python exception, C compiler error, crash); "
         "**unsupported** (tinyc refused with a clear UnsupportedError/ShapeError/ModelLoadError); "
-        "**unsupported-op** (an op type tinyc does not register: not attempted); **skipped** (more than "
+        "**unsupported-op** (an op type tinyc neither registers nor can expand from an ONNX function body: "
+        "not attempted); **skipped** (more than "
         f"{suite.max_weights:,} constant elements: too large for this harness, the `light` ImageNet models).",
         "",
         "## Summary",

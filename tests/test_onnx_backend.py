@@ -17,9 +17,9 @@ import onnx_suite  # noqa: E402
 
 from tinyc.ops import onnx_op, supported_onnx_ops  # noqa: E402
 
-# Measured 1187 passes (of 2033 cases, onnx 1.23.2) at the last regeneration of docs/ops.md; a drop
+# Measured 1953 passes (of 2033 cases, onnx 1.23.2) at the last regeneration of docs/ops.md; a drop
 # below this means something shared broke.
-PASS_FLOOR = 1170
+PASS_FLOOR = 1940
 NAMED_CASES = ["test_relu", "test_conv_with_strides_padding", "test_gemm_default_matrix_bias",
                "test_maxpool_2d_pads", "test_softmax_axis_0"]
 
