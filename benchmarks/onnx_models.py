@@ -162,6 +162,9 @@ def measure(name: str, n: int, board: bool, work: Path) -> dict[str, Any]:
 
         row["attention_scratch_bytes"] = max(layer["scratch_bytes"] for layer in att)
         row["score_matrix_bytes_int8"] = a.HEADS * a.SEQ * a.SEQ
+        fl_layers = json.loads((d / "float" / "report.json").read_text())["layers"]
+        row["float_attention_scratch_bytes"] = max(x["scratch_bytes"] for x in fl_layers if x["op"] == "Attention")
+        row["score_matrix_bytes_float"] = a.HEADS * a.SEQ * a.SEQ * 4
     if board:
         fw = tinyc.compile(str(path), d / "m4", board="mps2-an386", quantize="int8", calib=d / "calib.npz",
                            build=True)
@@ -183,8 +186,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(f"{r['model']:<15} {r['float_error']:>9.1e} {metric:>17} "
                      f"{','.join(r['float_islands']) or '-':<24} {m4}")
         if "attention_scratch_bytes" in r:
-            lines.append(f"{'':<15} attention scratch {r['attention_scratch_bytes']:,} B per layer; one whole "
-                         f"int8 score matrix would be {r['score_matrix_bytes_int8']:,} B")
+            lines.append(f"{'':<15} attention scratch per layer: float {r['float_attention_scratch_bytes']:,} B "
+                         f"(whole score matrix {r['score_matrix_bytes_float']:,} B), int8 "
+                         f"{r['attention_scratch_bytes']:,} B (whole int8 matrix {r['score_matrix_bytes_int8']:,} B)")
     lines.append("float err: max |tinyc - onnxruntime| / max |onnxruntime| (topk: fraction of inputs whose "
                  "indices differ); M4: int8 on the emulated mps2-an386, QEMU instructions per inference (not "
                  "cycles); exact: board output == golden model")

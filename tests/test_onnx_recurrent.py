@@ -172,7 +172,7 @@ def _gru_kws() -> onnx.ModelProto:
              _layer("GRU", "tm", ["", "h"], 10, 64, 1, r, inits, "gru", scale=1.2),
              helper.make_node("Reshape", ["h", "flat"], ["hf"]),
              helper.make_node("Gemm", ["hf", "fc_w", "fc_b"], ["logits"])]
-    return _model(nodes, {"mfcc": (1, 49, 10)}, ["logits"], inits)
+    return _fit_head(_model(nodes, {"mfcc": (1, 49, 10)}, ["logits"], inits), "mfcc")
 
 
 def _lstm_regressor() -> onnx.ModelProto:
@@ -191,29 +191,53 @@ def _lstm_regressor() -> onnx.ModelProto:
 
 
 def _bigru() -> onnx.ModelProto:
-    """16 steps x 12 -> bidirectional GRU(24) -> both final states -> Gemm -> 5 classes."""
+    """16 steps x 12 -> bidirectional GRU(24) -> both final states -> Gemm -> 12 classes."""
     r = np.random.default_rng(12)
     inits: list = [numpy_helper.from_array(np.array([1, 48], np.int64), "flat"),
-                   numpy_helper.from_array((r.standard_normal((48, 5)) / 5).astype(np.float32), "fc_w"),
-                   numpy_helper.from_array(np.zeros(5, np.float32), "fc_b")]
+                   numpy_helper.from_array((r.standard_normal((48, 12)) / 5).astype(np.float32), "fc_w"),
+                   numpy_helper.from_array(np.zeros(12, np.float32), "fc_b")]
     nodes = [_layer("GRU", "x", ["", "h"], 12, 24, 2, r, inits, "bigru", scale=1.2, direction="bidirectional"),
              helper.make_node("Transpose", ["h"], ["ht"], perm=[1, 0, 2]),
              helper.make_node("Reshape", ["ht", "flat"], ["hf"]),
              helper.make_node("Gemm", ["hf", "fc_w", "fc_b"], ["logits"])]
-    return _model(nodes, {"x": (16, 1, 12)}, ["logits"], inits)
+    return _fit_head(_model(nodes, {"x": (16, 1, 12)}, ["logits"], inits), "x")
 
 
-def _structured(shape: tuple[int, ...], n: int, seed: int, classes: int = 12) -> np.ndarray:
-    """n inputs of `shape` ([.., T, F] sequence last-but-one): class templates (smooth random
-    trajectories over time) plus noise, so a classifier sees distinct, realistic-looking sequences."""
+def _structured(shape: tuple[int, ...], n: int, seed: int, classes: int = 12,
+                labels: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """n inputs of `shape` ([.., T, F] sequence last-but-one): one of `classes` fixed templates (smooth
+    random trajectories over time, the same for every seed) plus noise, so a classifier sees distinct,
+    realistic-looking sequences; with `labels`, also each input's template index."""
     r = np.random.default_rng(seed)
     t_axis = [i for i, d in enumerate(shape) if d > 1][0]
     n_t, n_f = shape[t_axis], int(np.prod(shape)) // shape[t_axis]
-    tpl = np.cumsum(r.standard_normal((classes, n_t, n_f)) * 0.3, axis=1)
+    tpl = np.cumsum(np.random.default_rng(1000 + classes).standard_normal((classes, n_t, n_f)) * 0.3, axis=1)
     lab = r.integers(0, classes, n)
     x = tpl[lab] + r.standard_normal((n, n_t, n_f)) * 0.3
     x = x.reshape((n, n_t) + tuple(d for i, d in enumerate(shape) if i != t_axis))
-    return np.moveaxis(x, 1, 1 + t_axis).astype(np.float32).reshape((n,) + shape)
+    x = np.moveaxis(x, 1, 1 + t_axis).astype(np.float32).reshape((n,) + shape)
+    return (x, lab) if labels else x
+
+
+def _fit_head(model: onnx.ModelProto, inp: str) -> onnx.ModelProto:
+    """Fit the classifier head (fc_w, fc_b of the final Gemm, reading 'hf') by ridge regression on
+    the float recurrent features of labelled structured inputs: logits as well separated as a trained
+    keyword spotter's, so int8-vs-float agreement measures quantization, not ties of a random head."""
+    shape = tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
+    n_out = next(numpy_helper.to_array(t).shape[1] for t in model.graph.initializer if t.name == "fc_w")
+    x, y = _structured(shape, 400, 20, labels=True)
+    feats = onnx.ModelProto()
+    feats.CopyFrom(model)
+    del feats.graph.output[:]
+    feats.graph.output.append(helper.make_tensor_value_info("hf", TensorProto.FLOAT, None))
+    f = np.stack([ort_run(feats, {inp: v})[0].reshape(-1) for v in x]).astype(np.float64)
+    a = np.concatenate([f, np.ones((len(f), 1))], axis=1)
+    target = 4.0 * np.eye(n_out)[y % n_out]
+    sol = np.linalg.solve(a.T @ a + 0.1 * len(a) * np.eye(a.shape[1]), a.T @ target).astype(np.float32)
+    for t in model.graph.initializer:
+        if t.name in ("fc_w", "fc_b"):
+            t.CopyFrom(numpy_helper.from_array(sol[:-1] if t.name == "fc_w" else sol[-1], t.name))
+    return model
 
 
 MODELS = {"gru_kws": (_gru_kws, "mfcc", True), "lstm_regressor": (_lstm_regressor, "x", False),
