@@ -27,6 +27,7 @@ class TemplateOp(OpDef):  # @register (from tinyc.ops.base) on a real op
     onnx_ops: tuple[str, ...] = ()  # ONNX op types this definition imports
     ms_ops: tuple[str, ...] = ()  # com.microsoft op types it imports
     ml_ops: tuple[str, ...] = ()  # ai.onnx.ml op types it imports
+    training_ops: tuple[str, ...] = ()  # ai.onnx.preview.training op types it imports
     template = None  # "template.c.j2": the kernel in templates/kernels/; None: no code
     inplace = False  # the output may overwrite input 0 (same byte size, elementwise)
     alias = False  # the output *is* input 0 reinterpreted (reshape-like): no code at all
