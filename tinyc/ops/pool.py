@@ -37,6 +37,20 @@ def _windows(
     return res
 
 
+def window_attrs(ctx: Any, xs: tuple[int, ...], n: int) -> tuple[list[int], list[int], list[int], list[int]]:
+    """kernel_shape, strides, dilations and resolved pads of an n-D pooling node (shared by the 1-D/2-D
+    Pool and PoolND): onnxruntime refuses pads that reach a whole kernel, and so does tinyc."""
+    if ctx.attr("kernel_shape") is None:
+        ctx.invalid("the kernel_shape attribute is required")
+    kernel = [int(k) for k in ctx.attr("kernel_shape")]
+    strides = [int(s) for s in (ctx.attr("strides") or [1] * n)]
+    dil = [int(d) for d in (ctx.attr("dilations") or [1] * n)]
+    pads = resolve_pads(ctx, xs[2:], kernel, strides, dil)
+    if any(pads[i] >= kernel[i] or pads[i + n] >= kernel[i] for i in range(n)):
+        ctx.invalid(f"pads {pads} must be smaller than the kernel {kernel} (onnxruntime refuses larger ones)")
+    return kernel, strides, dil, pads
+
+
 @register
 class Pool(OpDef):
     op = "Pool"
@@ -75,14 +89,7 @@ class Pool(OpDef):
                 is_global=True,
             )
         # storage_order only changes the Indices output, which is not asked for here
-        if ctx.attr("kernel_shape") is None:
-            ctx.invalid("the kernel_shape attribute is required")
-        kernel = [int(k) for k in ctx.attr("kernel_shape")]
-        strides = [int(s) for s in (ctx.attr("strides") or [1] * n)]
-        dil = [int(d) for d in (ctx.attr("dilations") or [1] * n)]
-        pads = resolve_pads(ctx, xs[2:], kernel, strides, dil)
-        if any(pads[i] >= kernel[i] or pads[i + n] >= kernel[i] for i in range(n)):
-            ctx.invalid(f"pads {pads} must be smaller than the kernel {kernel} (onnxruntime refuses larger ones)")
+        kernel, strides, dil, pads = window_attrs(ctx, xs, n)
         return ctx.make_node(
             "Pool",
             inputs=ctx.inputs[:1],
@@ -271,14 +278,7 @@ def import_pool_nd(ctx: Any, kind: str, p: int = 0) -> Node:
             is_global=True,
             **common,
         )
-    if ctx.attr("kernel_shape") is None:
-        ctx.invalid("the kernel_shape attribute is required")
-    kernel = [int(k) for k in ctx.attr("kernel_shape")]
-    strides = [int(s) for s in (ctx.attr("strides") or [1] * n)]
-    dil = [int(d) for d in (ctx.attr("dilations") or [1] * n)]
-    pads = resolve_pads(ctx, xs[2:], kernel, strides, dil)
-    if any(pads[i] >= kernel[i] or pads[i + n] >= kernel[i] for i in range(n)):
-        ctx.invalid(f"pads {pads} must be smaller than the kernel {kernel} (onnxruntime refuses larger ones)")
+    kernel, strides, dil, pads = window_attrs(ctx, xs, n)
     return ctx.make_node(
         "PoolND",
         inputs=ctx.inputs[:1],
