@@ -458,3 +458,14 @@ def test_int8_recurrent_kernels_on_opencl(tmp_path):
         gold = tinyc.reference.run_graph(res.graph, {"X": x[k]})
         for name in ("hg", "hg0", "hr", "yl"):
             np.testing.assert_array_equal(gold[name], got[name][k], err_msg=name)
+
+
+def test_tflm_lstm_refuses_opencl_clearly(tmp_path):
+    """A plain forward int8 LSTM lowers to TFLite Micro's integer LSTM, whose kernel is C only: the
+    OpenCL target refuses it in one line naming the node (not an OpenCL build error)."""
+    r = np.random.default_rng(9)
+    inits: list = []
+    model = _model([_layer("LSTM", "X", ["Y"], I, 8, 1, r, inits, "lstm")], {"X": (T, B, I)}, ["Y"], inits)
+    np.savez(tmp_path / "calib.npz", X=r.standard_normal((20, T, B, I)).astype(np.float32))
+    with pytest.raises(tinyc.errors.UnsupportedError, match=r"node 'lstm' .*C targets only, not OpenCL"):
+        tinyc.compile(model, tmp_path / "q", target="opencl", quantize="int8", calib=tmp_path / "calib.npz")

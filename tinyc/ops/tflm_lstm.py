@@ -155,6 +155,14 @@ class TflmLstm(OpDef):
         return _align16(2 * n_b * n_s) + n_b * n_s
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
+        from tinyc.errors import UnsupportedError
+        from tinyc.ir.isa import Isa
+
+        if Isa.parse(target).work_items:  # its template addresses memory as plain C pointers
+            raise UnsupportedError(
+                f"node '{node.source or node.name}' (LSTM as TFLite Micro's integer LSTM): compiles to C targets "
+                "only, not OpenCL; compile the float model for OpenCL, or the int8 one for a board or the host"
+            )
         n_b, n_t, n_i, n_s = self._sizes(node, graph)
         a = node.attrs
         tanh_mult, tanh_shift = rq.tanh_params(int(a["cell_power"]))
