@@ -3,6 +3,7 @@ folded at import; Loop (constant trip count) and Scan compile to a C loop over t
 the body planned once in the arena. Each model runs on host C (real gcc) against onnxruntime."""
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -135,6 +136,11 @@ def test_loop_is_a_c_loop_over_one_planned_body(tmp_path):
     assert kernels[0] == kernels[1] >= 5  # the loop kernel and its body's (Cast, Mul, Mul, Add, Add, Mul)
     assert abs(len(srcs[0]) - len(srcs[1])) < 40
     assert abs(arenas[0] - arenas[1]) <= 16  # one alignment unit of rounding
+    # report.json: the Loop layer's scratch is its body's planned arena (not 0), the same for both trips
+    loops = [[x for x in json.loads((tmp_path / f"t{trip}" / "report.json").read_text())["layers"]
+              if x["op"] == "Loop"] for trip in (3, 30)]
+    assert len(loops[0]) == len(loops[1]) == 1
+    assert loops[0][0]["scratch_bytes"] == loops[1][0]["scratch_bytes"] > 0
 
 
 def test_loop_with_a_runtime_exit_condition_is_refused(tmp_path):

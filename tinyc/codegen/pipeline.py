@@ -102,7 +102,9 @@ def build_report(
                 "arena_size": graph.tensor(out).nbytes,
                 "alias": opdef.alias,
                 "schedule": schedules.get(node.name, {}),
-                "scratch_bytes": opdef.scratch_bytes(node, graph, schedules.get(node.name, {}), target),
+                # a Loop/Scan's scratch also holds its body's arena, planned once (memory.liveness)
+                "scratch_bytes": opdef.scratch_bytes(node, graph, schedules.get(node.name, {}), target)
+                + (layout.subplans[node.name].arena_bytes if node.name in layout.subplans else 0),
             }
         )
     return {
