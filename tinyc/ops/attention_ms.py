@@ -21,33 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from tinyc.ir import Node
-from tinyc.ops.base import OpDef, register
+from tinyc.ops.base import NodeEmitter, OpDef, register
 
 
-class _Emitter:
-    """IR nodes of one lowering, with names no other tensor has."""
-
-    def __init__(self, ctx: Any) -> None:
-        self.ctx = ctx
-        self.nodes: list[Node] = []
-        self.taken: set[str] = set()
-
-    def name(self, what: str) -> str:
-        base = self.ctx.graph.unique_name(f"{self.ctx.name}_{what}")
-        name, k = base, 1
-        while name in self.taken:
-            name, k = f"{base}_{k}", k + 1
-        self.taken.add(name)
-        return name
-
-    def node(self, op: str, inputs: list[str], what: str, out: str | None = None, **attrs: Any) -> str:
-        y = out or self.name(what)
-        self.nodes.append(Node(self.name(f"{what}_node"), op, inputs, [y], attrs, source=self.ctx.name))
-        return y
-
-
-def _mask_to_bool(em: _Emitter, ctx: Any, i: int, batch: int, what: str) -> str:
+def _mask_to_bool(em: NodeEmitter, ctx: Any, i: int, batch: int, what: str) -> str:
     """A [B, L] key mask (nonzero: attend) as a bool [B, 1, 1, L] attn_mask."""
     shape = tuple(int(d) for d in ctx.shape(i))
     if len(shape) != 2 or shape[0] != batch:
@@ -63,7 +40,7 @@ def _mask_to_bool(em: _Emitter, ctx: Any, i: int, batch: int, what: str) -> str:
     return em.node("Reshape", [src], f"{what}_4d", shape=[batch, 1, 1, shape[1]])
 
 
-def _combine_masks(em: _Emitter, ctx: Any, bool_mask: str | None, bias_i: int | None) -> str:
+def _combine_masks(em: NodeEmitter, ctx: Any, bool_mask: str | None, bias_i: int | None) -> str:
     """One attn_mask for the fused op: the boolean key mask and/or the additive attention_bias."""
     if bias_i is None:
         return bool_mask or ""
@@ -80,7 +57,7 @@ def _combine_masks(em: _Emitter, ctx: Any, bool_mask: str | None, bias_i: int | 
 
 
 def _attention_node(
-    em: _Emitter, ctx: Any, q: str, k: str, v: str, mask: str, heads: int, head_size: int, out: str
+    em: NodeEmitter, ctx: Any, q: str, k: str, v: str, mask: str, heads: int, head_size: int, out: str
 ) -> None:
     scale = ctx.attr("scale")
     scale = 1.0 / np.sqrt(head_size) if scale is None or float(scale) == 0.0 else float(scale)
@@ -127,7 +104,7 @@ class MsMultiHeadAttention(OpDef):
         if dq != dk or dq % heads or dv % heads:
             ctx.invalid(f"hidden sizes {dq}, {dk}, {dv} do not split into {heads} heads")
         _refuse_extra(ctx, 6, "past_key/past_value/past_sequence_length/cache_indirection")
-        em = _Emitter(ctx)
+        em = NodeEmitter(ctx)
         qkv = list(ctx.inputs[:3])
         if ctx.has_input(3):
             bias = np.asarray(ctx.require_const(3, "bias"), np.float32).reshape(-1)
@@ -172,7 +149,7 @@ class MsAttention(OpDef):
         _refuse_extra(ctx, 6, "past/past_sequence_length")
         if ctx.has_input(4):
             ctx.unsupported("past (a key/value cache) is not supported")
-        em = _Emitter(ctx)
+        em = NodeEmitter(ctx)
         rows = em.node("Reshape", [ctx.inputs[0]], "rows", shape=[b * s, din])
         cuts = np.cumsum([0] + sizes)
         proj = []

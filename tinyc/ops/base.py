@@ -375,6 +375,30 @@ def supported_onnx_ops() -> list[str]:
 
 
 # -- small helpers shared by op modules ----------------------------------------------------
+class NodeEmitter:
+    """IR nodes of one import-time lowering (Einsum, com.microsoft attention, ...), each output and
+    node named `<node>_<what>` and unique in the graph and among the names this lowering took."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+        self.nodes: list[Node] = []
+        self.taken: set[str] = set()
+
+    def name(self, what: str) -> str:
+        base = self.ctx.graph.unique_name(f"{self.ctx.name}_{what}")
+        name, k = base, 1
+        while name in self.taken:
+            name, k = f"{base}_{k}", k + 1
+        self.taken.add(name)
+        return name
+
+    def node(self, op: str, inputs: list[str], what: str, out: str | None = None, **attrs: Any) -> str:
+        """Append one node computing `op` and return its output (`out`, or a fresh name)."""
+        y = out or self.name(what)
+        self.nodes.append(Node(self.name(f"{what}_node"), op, inputs, [y], attrs, source=self.ctx.name))
+        return y
+
+
 def ctype(dtype: str) -> str:
     """The C element type of a tensor: CTYPES, or the storage of a narrow type (float16, bfloat16,
     float8, float4, int4, int2: its numpy bits, tinyc/numerics/dtypes.py)."""

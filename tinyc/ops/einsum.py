@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from tinyc.ir import Node
-from tinyc.ops.base import OpDef, register
+from tinyc.ops.base import NodeEmitter, OpDef, register
 
 ELLIPSIS_BASE = 1000  # labels of ellipsis dimensions: ELLIPSIS_BASE + position (letters are ord(c) < 128)
 
@@ -81,46 +81,31 @@ def parse_equation(eq: str, ranks: list[int], ctx: Any) -> tuple[list[list[int]]
     return ins, out
 
 
-class _Lowering:
+class _Lowering(NodeEmitter):
     """Emits the IR nodes of one Einsum, tracking each intermediate's labels and sizes."""
 
     def __init__(self, ctx: Any) -> None:
-        self.ctx = ctx
-        self.nodes: list[Node] = []
-        self.taken: set[str] = set()
+        super().__init__(ctx)
         self.dtype = ctx.dtype(0)
-
-    def _name(self, what: str) -> str:
-        base = self.ctx.graph.unique_name(f"{self.ctx.name}_{what}")
-        name, k = base, 1
-        while name in self.taken:
-            name, k = f"{base}_{k}", k + 1
-        self.taken.add(name)
-        return name
-
-    def emit(self, op: str, inputs: list[str], what: str, **attrs: Any) -> str:
-        out = self._name(what)
-        self.nodes.append(Node(self._name(f"{what}_node"), op, inputs, [out], attrs, source=self.ctx.name))
-        return out
 
     def transpose(self, a: _Operand, labels: list[int]) -> _Operand:
         if labels == a.labels:
             return a
         perm = [a.labels.index(lab) for lab in labels]
-        name = self.emit("Transpose", [a.name], "t", perm=perm)
+        name = self.node("Transpose", [a.name], "t", perm=perm)
         return _Operand(name, list(labels), [a.sizes[p] for p in perm], a.const)
 
     def reshape(self, a: _Operand, labels: list[int], sizes: list[int]) -> _Operand:
         if sizes == a.sizes:
             return _Operand(a.name, list(labels), list(sizes), a.const)
-        name = self.emit("Reshape", [a.name], "r", shape=list(sizes))
+        name = self.node("Reshape", [a.name], "r", shape=list(sizes))
         return _Operand(name, list(labels), list(sizes), a.const)
 
     def reduce(self, a: _Operand, drop: list[int]) -> _Operand:
         if not drop:
             return a
         axes = sorted(a.labels.index(lab) for lab in drop)
-        name = self.emit("ReduceSum", [a.name], "sum", axes=axes, keepdims=False)
+        name = self.node("ReduceSum", [a.name], "sum", axes=axes, keepdims=False)
         keep = [k for k in range(len(a.labels)) if k not in axes]
         return _Operand(name, [a.labels[k] for k in keep], [a.sizes[k] for k in keep], a.const)
 
@@ -138,7 +123,7 @@ class _Lowering:
             t = self.transpose_axes(a, rest + [p1, p2])
             flat = self.reshape(t, order + [lab], [a.sizes[k] for k in rest] + [n * n])
             rank = len(flat.sizes)
-            name = self.emit(
+            name = self.node(
                 "Slice",
                 [flat.name],
                 "diag",
@@ -152,7 +137,7 @@ class _Lowering:
     def transpose_axes(self, a: _Operand, perm: list[int]) -> _Operand:
         if perm == list(range(len(perm))):
             return a
-        name = self.emit("Transpose", [a.name], "t", perm=perm)
+        name = self.node("Transpose", [a.name], "t", perm=perm)
         return _Operand(name, [a.labels[p] for p in perm], [a.sizes[p] for p in perm], a.const)
 
     def contract(self, a: _Operand, b: _Operand, needed: set[int]) -> _Operand:
@@ -174,21 +159,21 @@ class _Lowering:
             # activations x constant weight: Gemm [M, K] x [K, N] (int8: a quantized fully connected layer)
             a2 = self.reshape(self.transpose(a, a_only + summed), [-2, -3], [prod(a_only), prod(summed)])
             b2 = self.reshape(self.transpose(b, summed + b_only), [-3, -4], [prod(summed), prod(b_only)])
-            gm = self.emit("Gemm", [a2.name, b2.name], "gemm", transA=0, transB=0, alpha=1.0, beta=1.0)
+            gm = self.node("Gemm", [a2.name, b2.name], "gemm", transA=0, transB=0, alpha=1.0, beta=1.0)
             return self.reshape(_Operand(gm, [-2, -4], [prod(a_only), prod(b_only)]), labels, sizes)
         if self.dtype == "float32":
             at = self.transpose(a, batch + a_only + summed)
             bt = self.transpose(b, batch + summed + b_only)
             a3 = self.reshape(at, [-1, -2, -3], [prod(batch), prod(a_only), prod(summed)])
             b3 = self.reshape(bt, [-1, -3, -4], [prod(batch), prod(summed), prod(b_only)])
-            mm = self.emit("MatMul", [a3.name, b3.name], "mm")
+            mm = self.node("MatMul", [a3.name, b3.name], "mm")
             return self.reshape(_Operand(mm, [-1, -2, -4], [prod(batch), prod(a_only), prod(b_only)]), labels, sizes)
         order = labels + summed
         at = self.transpose(a, [lab for lab in order if lab in a.labels])
         bt = self.transpose(b, [lab for lab in order if lab in b.labels])
         a_full = self.reshape(at, order, [size[lab] if lab in a.labels else 1 for lab in order])
         b_full = self.reshape(bt, order, [size[lab] if lab in b.labels else 1 for lab in order])
-        mul = self.emit("Mul", [a_full.name, b_full.name], "mul")
+        mul = self.node("Mul", [a_full.name, b_full.name], "mul")
         return self.reduce(_Operand(mul, order, [size[lab] for lab in order]), summed)
 
 
