@@ -12,30 +12,26 @@ import math
 import numpy as np
 
 
-def c_float(value: float | np.floating) -> str:
-    """Exact float32 literal (9 significant digits round-trip); inf/nan via <math.h> macros."""
-    v = float(np.float32(value))
+def _c_real(v: float, digits: int, suffix: str) -> str:
+    """`v` with enough significant digits to round-trip; inf/nan via <math.h> macros."""
     if math.isnan(v):
         return "NAN"
     if math.isinf(v):
         return "INFINITY" if v > 0 else "(-INFINITY)"
-    text = f"{v:.9g}"
+    text = f"{v:.{digits}g}"
     if "e" not in text and "." not in text and "n" not in text:
         text += ".0"
-    return f"{text}f"
+    return text + suffix
+
+
+def c_float(value: float | np.floating) -> str:
+    """Exact float32 literal (9 significant digits round-trip); inf/nan via <math.h> macros."""
+    return _c_real(float(np.float32(value)), 9, "f")
 
 
 def c_double(value: float | np.floating) -> str:
     """Exact float64 literal (17 significant digits round-trip), no suffix; inf/nan via <math.h>."""
-    v = float(value)
-    if math.isnan(v):
-        return "NAN"
-    if math.isinf(v):
-        return "INFINITY" if v > 0 else "(-INFINITY)"
-    text = f"{v:.17g}"
-    if "e" not in text and "." not in text and "n" not in text:
-        text += ".0"
-    return text
+    return _c_real(float(value), 17, "")
 
 
 def c_int(value: int, ctype: str = "int32_t") -> str:
