@@ -103,9 +103,6 @@ from tinyc.numerics.fixed_point import (
 from tinyc.ops import onnx_op
 
 MIN_OPSET = 13  # per-axis DequantizeLinear
-#: onnxruntime's quantizer also gives these ONNX ops their data input's scale and zero point;
-#: tinyc has no op for them, so no ``OpDef.qdq_shares_qparams`` can say so.
-_SHARED_QPARAMS_WITHOUT_OPDEF = ("TopK",)
 
 
 def _fuses_activation(op_type: str) -> bool:
@@ -123,7 +120,7 @@ def _is_clamp(op_type: str) -> bool:
 def _shares_qparams(op_type: str) -> bool:
     """The output takes its data input's (scale, zero point) (``OpDef.qdq_shares_qparams``)."""
     opdef = onnx_op(op_type)
-    return op_type in _SHARED_QPARAMS_WITHOUT_OPDEF or (opdef is not None and op_type in opdef.qdq_shares_qparams)
+    return opdef is not None and op_type in opdef.qdq_shares_qparams
 
 
 def _quantizes_constants(op_type: str) -> bool:
