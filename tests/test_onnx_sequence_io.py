@@ -9,6 +9,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tinyc
 from tinyc.errors import ShapeError
@@ -196,3 +198,17 @@ def test_bound_sequence_input_folds_to_constants():
     assert list(values) == ["y.0", "y.1", "y.2", "z"]
     np.testing.assert_array_equal(values["y.2"], np.maximum(xs[0], 0))
     np.testing.assert_array_equal(values["z"], np.concatenate(xs))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="x=[]();,0123456789 none-", max_size=24))
+def test_input_shape_syntax_fuzz(spec):
+    """Any --input-shape text parses to a structure or is one clear UsageError naming the flag,
+    never another exception (the sequence syntax "seq=[2,3;2,3]" is outside input too)."""
+    from tinyc.errors import UsageError
+    from tinyc.frontend.onnx_import import parse_input_shapes
+
+    try:
+        parse_input_shapes([spec])
+    except UsageError as exc:
+        assert "--input-shape" in str(exc) and "\n" not in str(exc)
