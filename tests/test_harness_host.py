@@ -302,7 +302,8 @@ def test_harness_main_renders_for_any_io_and_escapes_names(tmp_path):
            "arena_bytes": 0, "nlayers": 0, "version": "9"}
     text = render_harness_main(ctx)
     assert '"we\\"ird\\\\name\\?\\?=\\n"' in text
-    assert "static TINYC_ALIGN(16) int8_t out_y[1];" in text and '"cycles"' in text
+    # outputs are read where the model leaves them (the context API, docs/c-api.md): no copy
+    assert "{harness_arena + M_OUT_Y_OFFSET, 0u * (uint32_t)sizeof(int8_t)}" in text and '"cycles"' in text
     import jinja2
     with pytest.raises(jinja2.exceptions.UndefinedError):
         render_harness_main({k: v for k, v in ctx.items() if k != "nlayers"})

@@ -15,7 +15,6 @@ it to run, profile and flash; it never imports a target back.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -122,14 +121,16 @@ def write_outputs(
     quant: Any = None,
     source_model: str | None = None,
     extra_report: Mapping[str, Any] | None = None,
+    placement: Any = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """Generate the code, write the target's folder with report.json, report.md and memory.svg,
+    """Generate the code, write the target's folder with report.json, report.md, report.html and memory.svg,
     and let the target refuse what cannot work on it (a board's flash and RAM). Returns the
-    report and the generated file names."""
+    report and the generated file names. `placement`: the sections baked into the C
+    (tinyc.codegen.emitter.Placement)."""
     from tinyc.codegen import generate
-    from tinyc.report import markdown_report, memory_svg
+    from tinyc.report import write_reports
 
-    gen = generate(graph, prefix=prefix, target=target.schedule_target, schedules=schedules)
+    gen = generate(graph, prefix=prefix, target=target.schedule_target, schedules=schedules, placement=placement)
     target.write_project(out, gen, graph, source_model)
     report = dict(gen.report, target=target.name)
     report.update(extra_report or {})
@@ -138,9 +139,7 @@ def write_outputs(
         from tinyc.quantize.report import quantization_summary
 
         report["quantization"] = quantization_summary(quant)
-    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "report.md").write_text(markdown_report(report))
-    (out / "memory.svg").write_text(memory_svg(gen.layout))
+    write_reports(out, report, gen.layout)  # report.json, report.md, report.html, memory.svg
     target.check(report, gen.manifest)
     return report, sorted(gen.files)
 
@@ -148,3 +147,66 @@ def write_outputs(
 def source_path(model: Any) -> str | None:
     """The model file's absolute path when `model` is one (a firmware's validate finds it there)."""
     return str(Path(model).resolve()) if isinstance(model, (str, os.PathLike)) else None
+
+
+def write_model_set(
+    out: Path,
+    items: Sequence[Mapping[str, Any]],
+    target: Target,
+    shared_arena: bool = False,
+    arena_section: str | None = None,
+    weights_section: str | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """Several models into one folder (`tinyc.api.compile_models`): each item is {graph,
+    schedules, prefix, quant, source_model, extra}. Every model keeps its own sources and
+    prefix; with `shared_arena` their one-call APIs share one static arena of the largest plan
+    (tinyc_shared_arena.h). The folder's manifest and report.json describe the first model at the
+    top level (so `build` and `run` work as for one model) and list every model under "models".
+    Returns the report and the generated file names."""
+    from tinyc.codegen import generate
+    from tinyc.codegen.emitter import Placement
+    from tinyc.codegen.shared_arena import shared_arena_bytes, shared_arena_files
+    from tinyc.report import write_reports
+
+    placement = Placement(shared_arena, arena_section, weights_section)
+    gens = [
+        generate(
+            it["graph"],
+            prefix=it["prefix"],
+            target=target.schedule_target,
+            schedules=it["schedules"],
+            placement=placement,
+        )
+        for it in items
+    ]
+    files: dict[str, str] = {}
+    for gen in gens:
+        files.update(gen.files)
+    reports = []
+    for it, gen in zip(items, gens):
+        rep = dict(gen.report, target=target.name)
+        rep.update(it.get("extra") or {})
+        if it.get("quant") is not None:
+            from tinyc.quantize.report import quantization_summary
+
+            rep["quantization"] = quantization_summary(it["quant"])
+        reports.append(rep)
+    sizes = [{"prefix": g.manifest["prefix"], "arena_bytes": g.report["arena_bytes"]} for g in gens]
+    if shared_arena:
+        files.update(shared_arena_files(sizes, arena_section))
+    models = [{k: v for k, v in g.manifest.items() if k != "render"} for g in gens]
+    first = gens[0]
+    manifest = dict(first.manifest, models=models)
+    if shared_arena:
+        manifest["shared_arena_bytes"] = shared_arena_bytes(sizes)
+    merged = type(first)(files, manifest, first.report, first.layout, first.schedules, dict(first.blobs))
+    target.write_project(out, merged, items[0]["graph"], items[0].get("source_model"))
+    report = dict(reports[0])
+    report.update(target.report_fields())
+    report["models"] = reports
+    if shared_arena:
+        report["shared_arena_bytes"] = shared_arena_bytes(sizes)
+    write_reports(out, report, first.layout)  # report.json, report.md, report.html, memory.svg
+    for rep, gen in zip(reports, gens):
+        target.check(rep, gen.manifest)
+    return report, sorted(files)

@@ -35,8 +35,10 @@ extern "C" {
 #endif
 
 /* One model input or output tensor: its bytes, as the wire sees them (raw little-endian).
- * `data` points at a typed, aligned static array of the harness main; the harness only ever
- * touches it byte by byte. */
+ * `data` points where the harness main keeps the tensor: into the model's arena (the context
+ * API's <m>_input / <m>_output: zero copy), into the weights for a constant output, or at a
+ * staging array for an input whose arena bytes a run reuses. The harness only ever touches it
+ * byte by byte, and only reads outputs. */
 typedef struct {
     uint8_t *data;
     uint32_t bytes;

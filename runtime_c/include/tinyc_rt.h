@@ -15,7 +15,10 @@ extern "C" {
 typedef enum {
     TINYC_OK = 0,
     TINYC_ERR_NULL_ARGUMENT = 1,
-    TINYC_ERR_BAD_LAYER = 2
+    TINYC_ERR_BAD_LAYER = 2,
+    TINYC_ERR_ARENA_MISALIGNED = 3,  /* <m>_init: the arena is not <M>_ARENA_ALIGN-aligned */
+    TINYC_ERR_ARENA_TOO_SMALL = 4,   /* <m>_init: fewer than <M>_ARENA_BYTES bytes */
+    TINYC_ERR_NOT_INITIALISED = 5    /* a context used without a successful <m>_init */
 } tinyc_status_t;
 
 #if defined(__GNUC__) || defined(__clang__)

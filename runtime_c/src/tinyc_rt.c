@@ -7,6 +7,9 @@ const char *tinyc_status_str(tinyc_status_t status)
     case TINYC_OK: return "ok";
     case TINYC_ERR_NULL_ARGUMENT: return "null argument";
     case TINYC_ERR_BAD_LAYER: return "bad layer index";
+    case TINYC_ERR_ARENA_MISALIGNED: return "arena misaligned";
+    case TINYC_ERR_ARENA_TOO_SMALL: return "arena too small";
+    case TINYC_ERR_NOT_INITIALISED: return "context not initialised";
     default: return "unknown status";
     }
 }

@@ -21,7 +21,7 @@ from tinyc.codegen.dialect import Dialect
 from tinyc.codegen.launch import LAUNCH, Launch, render_kernel
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node, Tensor
-from tinyc.memory import MemoryLayout
+from tinyc.memory import ALIGNMENT, MemoryLayout
 from tinyc.numerics.literals import c_double, c_float, c_int, c_literal
 from tinyc.numerics.text import c_comment, c_identifier, c_string_literal, cmake_quote, make_text, md_text, xml_text
 from tinyc.ops import get_op
@@ -390,8 +390,26 @@ def _body_context(
     }
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where the generated C puts its storage (docs/c-api.md): the one-call API's static arena
+    either the model's own or the one shared by the models compiled together
+    (tinyc_shared_arena.c), and the default sections of the static arena and the weights baked
+    into the headers (a -D of the same macro overrides them)."""
+
+    shared_arena: bool = False
+    arena_section: str | None = None
+    weights_section: str | None = None
+
+
 def generate_c(
-    graph: Graph, layout: MemoryLayout, schedules: dict[str, dict[str, Any]], prefix: str, dialect: Dialect, target: str
+    graph: Graph,
+    layout: MemoryLayout,
+    schedules: dict[str, dict[str, Any]],
+    prefix: str,
+    dialect: Dialect,
+    target: str,
+    placement: Placement | None = None,
 ) -> GeneratedModel:
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", prefix):
         raise ValueError(f"C prefix {prefix!r} is not an identifier (tinyc.numerics.text.c_prefix makes one)")
@@ -412,7 +430,15 @@ def generate_c(
             o["src"] = weights.symbol(graph.tensor(internal))
 
     guard = f"TINYC_MODEL_{prefix.upper()}_H"  # never clashes with the runtime headers (TINYC_RT_H, TINYC_Q_H)
+    place = placement or Placement()
+    for i in io_inputs:
+        i["preserved"] = _preserved(layout, i["buffer"])
     common = dict(
+        arena_align=ALIGNMENT,
+        shared_arena=place.shared_arena,
+        arena_section=place.arena_section,
+        weights_section=place.weights_section,
+        stateful=any(get_op(n.op).stateful and n.attrs.get("keep_state") for n in graph.nodes),
         prefix=prefix,
         version=__version__,
         model=graph.name,
@@ -458,17 +484,43 @@ def _io_view(
         "bytes": t.nbytes,
         "const": t.is_constant,
         "offset": None if t.is_constant else layout.offsets[layout.buffer_of(name)],
+        "buffer": None if t.is_constant else layout.buffer_of(name),
+        "dtype": t.dtype,
         "layout": graph.io_layout.get(public, ""),
         "quant": _io_grid(t),
     }
 
 
 def _io_grid(t: Tensor) -> dict[str, str | int] | None:
-    """An integer input/output's grid as C literals (real = scale * (q - zero_point)), for the header."""
+    """An integer input/output's grid as C literals (real = scale * (q - zero_point)), for the
+    header: its range, and `limit`, a bound on |x / scale| past which every value saturates
+    (the quantize helper clamps to it before converting to int32: no overflow, same result)."""
     if t.quant is None or t.dtype not in ("int8", "uint8", "int16"):
         return None
     scale = np.asarray(t.quant.scale, np.float32).reshape(-1)
     zp = np.asarray(t.quant.zero_point).reshape(-1)
     if scale.size != 1:
         return None
-    return {"scale": c_float(float(scale[0])), "zero_point": int(zp[0]) if zp.size else 0}
+    info = np.iinfo(np.dtype(t.dtype))
+    return {
+        "scale": c_float(float(scale[0])),
+        "zero_point": int(zp[0]) if zp.size else 0,
+        "qmin": int(info.min),
+        "qmax": int(info.max),
+        "limit": 2 * (int(info.max) - int(info.min) + 1),
+    }
+
+
+def _preserved(layout: MemoryLayout, buffer: str | None) -> bool:
+    """Whether no other arena buffer shares bytes with an input's: a run then leaves the input as
+    it was written (the harness and a caller may fill it once and run again)."""
+    if buffer is None:
+        return True
+    sizes = {b.name: b.size for b in layout.buffers}
+    off = layout.offsets[buffer]
+    end = off + sizes[buffer]
+    return not any(
+        name != buffer and _overlap((off, end), (o, o + sizes[name]))
+        for name, o in layout.offsets.items()
+        if name in sizes
+    )

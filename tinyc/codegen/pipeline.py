@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tinyc.codegen.dialect import C99, OPENCL
-from tinyc.codegen.emitter import generate_c
+from tinyc.codegen.emitter import Placement, generate_c
 from tinyc.numerics.text import c_prefix
 from tinyc.ir import Graph
 from tinyc.ir.isa import Isa
@@ -27,19 +27,24 @@ class GeneratedProject:
 
 
 def generate(
-    graph: Graph, prefix: str | None = None, target: str = "host", schedules: dict[str, dict[str, Any]] | None = None
+    graph: Graph,
+    prefix: str | None = None,
+    target: str = "host",
+    schedules: dict[str, dict[str, Any]] | None = None,
+    placement: Placement | None = None,
 ) -> GeneratedProject:
     """Sources, manifest and report of `graph` for a schedule target (a Target's `schedule_target`):
-    its `Isa` chooses the dialect (C99, or OpenCL C plus the host program for work-item targets)."""
+    its `Isa` chooses the dialect (C99, or OpenCL C plus the host program for work-item targets).
+    `placement`: the shared arena and the baked-in sections (tinyc.codegen.emitter.Placement)."""
     # names in the model (and --name) are untrusted text: the prefix is tinyc's own identifier
     prefix = c_prefix(prefix or graph.name)
     schedules = schedules if schedules is not None else default_schedules(graph, target)
     layout = plan_graph_memory(graph, schedules, target)
     check_plan(layout.buffers, layout.plan)  # a wrong plan must never reach the C code
     work_items = Isa.parse(target).work_items  # OpenCL: kernels over work-item grids, a host program
-    gen = generate_c(graph, layout, schedules, prefix, OPENCL if work_items else C99, target)
+    gen = generate_c(graph, layout, schedules, prefix, OPENCL if work_items else C99, target, placement)
     render = _render_context(graph, gen, prefix)
-    manifest = {
+    manifest: dict[str, Any] = {
         "prefix": prefix,
         "model": graph.name,
         "target": target,
@@ -47,6 +52,10 @@ def generate(
         "outputs": [_io_spec(graph, pub, n) for pub, n in graph.public_outputs()],
         "render": render,
     }
+    if placement is not None and (placement.arena_section or placement.weights_section):
+        manifest["sections"] = {"arena": placement.arena_section, "weights": placement.weights_section}
+    if placement is not None and placement.shared_arena:
+        manifest["shared_arena"] = True
     report = build_report(graph, layout, gen, schedules, prefix, target)
     if work_items:
         from tinyc.codegen.opencl_project import opencl_files
@@ -73,11 +82,11 @@ def _io_spec(graph: Graph, public: str, internal: str) -> dict[str, Any]:
 
 
 def _render_context(graph: Graph, gen: Any, prefix: str) -> dict[str, Any]:
-    keep = ("ident", "ctype", "count")
+    keep = ("ident", "ctype", "count", "bytes", "const")
     return {
         "prefix": prefix,
         "model": graph.name,
-        "inputs": [{k: v[k] for k in keep} for v in gen.inputs],
+        "inputs": [dict({k: v[k] for k in keep}, preserved=v["preserved"]) for v in gen.inputs],
         "outputs": [{k: v[k] for k in keep} for v in gen.outputs],
     }
 
