@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +25,12 @@ import numpy as np
 
 from tinyc.errors import DeviceError, RunError, UsageError
 from tinyc.quantize.feeds import prepare_feeds, stack_outputs, to_model_input
-from tinyc.quantize.io import to_float_output
-from tinyc.reference.compare import compare_float
+from tinyc.device.validation import (  # noqa: F401  (re-exported: the CLI prints and checks through here)
+    ORACLES,
+    check_validation,
+    validate_outputs,
+    validation_table,
+)
 
 #: What `validate` compares against: the graph the firmware was generated from (for the golden model).
 GOLDEN_GRAPH = "golden_graph.pkl"
@@ -221,18 +224,16 @@ def run_on_device(
     **connect_options: Any,
 ) -> DeviceRun:
     """Run every sample of `inputs` (shapes as for the host: exact, or a leading N) on the board."""
-    from tqdm import tqdm
+    from tinyc.progress import track
 
     _, manifest, _ = _project(project_dir)
     data = prepare_feeds(manifest, inputs)  # checked before the firmware is built or flashed
     n = data.n
     results: dict[str, list[np.ndarray]] = {o["name"]: [] for o in manifest["outputs"]}
     ticks: list[int] = []
-    show = sys.stderr.isatty() if progress is None else progress
+    show = False if n < 4 else progress  # a bar on a terminal, else one plain line (tinyc.progress)
     with connect(project_dir, port, progress=progress, **connect_options) as dev:
-        for k in tqdm(
-            range(n), desc=f"inferences on {dev.board['name']}", unit="inf", leave=False, disable=not show or n < 4
-        ):
+        for k in track(range(n), f"inferences on {dev.board['name']}", unit="inf", show=show):
             dev.client.write_input(pack_inputs(manifest, data.raw(k)))
             ticks.append(dev.client.run(1))
             for name, value in unpack_outputs(manifest, dev.client.read_output()).items():
@@ -257,11 +258,7 @@ def profile_on_device(
         feeds = prepare_feeds(manifest, inputs).raw(0)
     else:
         feeds = {s["name"]: np.zeros(s["shape"], s["dtype"]) for s in manifest["inputs"]}
-    report = json.loads((out / "report.json").read_text())
-    macs_by_kernel: dict[int, int] = {}
-    for layer in report.get("layers", []):
-        if layer.get("kernel") is not None:
-            macs_by_kernel[int(layer["kernel"])] = macs_by_kernel.get(int(layer["kernel"]), 0) + int(layer["macs"])
+    macs_by_kernel = layer_macs(out)
     with connect(project_dir, port, **connect_options) as dev:
         dev.client.write_input(pack_inputs(manifest, feeds))
         run_ticks = dev.client.run(1)
@@ -305,6 +302,17 @@ def profile_on_device(
             "get_outputs": int(prof.get_outputs),
         },
     }
+
+
+def layer_macs(out_dir: str | os.PathLike) -> dict[int, int]:
+    """MACs per code layer (the `_run_layer` index report.json calls "kernel"; view and alias nodes
+    have none), summed where several graph nodes make one layer: every profile's MACs column."""
+    report = json.loads((Path(out_dir) / "report.json").read_text())
+    macs: dict[int, int] = {}
+    for layer in report.get("layers", []):
+        if layer.get("kernel") is not None:
+            macs[int(layer["kernel"])] = macs.get(int(layer["kernel"]), 0) + int(layer["macs"])
+    return macs
 
 
 def profile_table(p: Mapping[str, Any]) -> str:
@@ -383,208 +391,34 @@ def _load_golden(out: Path) -> tuple[Any, str | None]:
     return graph, data.get("source_model")
 
 
+def load_golden_graph(out_dir: str | os.PathLike) -> tuple[Any, str | None]:
+    """The golden graph saved at compile and the source model's path (for every target's validate);
+    a missing or foreign file is a UsageError that says to compile again."""
+    return _load_golden(Path(out_dir))
+
+
 def validate_on_device(
     project_dir: str | os.PathLike,
     data: Mapping[str, np.ndarray],
     port: str | None = None,
     labels: np.ndarray | None = None,
     against: str = "auto",
+    raw: bool = False,
+    output: str | os.PathLike[str] | None = None,
     **connect_options: Any,
 ) -> dict[str, Any]:
     """Device vs the golden model (must be equal bit for bit for int8 graphs; float within 1e-4
     relative), vs an independent reference on the source model — onnxruntime for ONNX, TFLite
-    Micro's interpreter for .tflite (`against`: "auto", "onnxruntime", "tflm" or "none"; agreement
-    of top-1, max difference, and for TFLite Micro bit-exactness) — and accuracy against labels
-    (`labels`, or a 'y' key in `data`)."""
-    import tinyc.reference
-    from tinyc.quantize.feeds import LABEL_KEYS
-
+    Micro's interpreter for .tflite (`against`: "auto", "onnxruntime", "tflm" or "none"; for
+    TFLite Micro bit-exactness) — and accuracy against labels (`labels`, or a 'labels' key in
+    `data`); RMSE, cosine and max/mean errors per output and comparison (tinyc.device.validation)."""
     out, manifest, board = _project(project_dir)
-    names = {s["name"] for s in manifest["inputs"]}
-    if labels is None:
-        labels = next((np.asarray(data[k]) for k in LABEL_KEYS if k in data and k not in names), None)
-    checked = prepare_feeds(manifest, data)  # label keys that are not model inputs are left out
     graph, source = _load_golden(out)
-    n, mode = checked.n, checked.mode
-    feeds = checked.arrays
-    dev = run_on_device(out, feeds, port, **connect_options)
-    gold: dict[str, list[np.ndarray]] = {o["name"]: [] for o in manifest["outputs"]}
-    for k in range(n):
-        one = checked.model(k)
-        res = tinyc.reference.run_graph(graph, one)
-        for o in manifest["outputs"]:
-            gold[o["name"]].append(np.asarray(res[o["name"]]).reshape(o["shape"]))
-    golden = stack_outputs(gold, mode)
-    integer = graph.has_integer_activations()
-    result: dict[str, Any] = {
-        "board": board["name"],
-        "model": manifest["model"],
-        "samples": n,
-        "per_inference": dev.per_inference,
-        "units": dev.units.name,
-        "outputs": {},
-    }
-    ok = True
-    oracle = _oracle(against, source)
-    if oracle == "tflm":
-        assert source is not None
-        ort = None
-        tflm = _tflm_outputs(source, [checked.model(k) for k in range(n)], manifest, mode)
-    else:
-        tflm = None
-        ort = _onnxruntime_outputs(source, feeds, manifest, n, mode) if source and oracle == "onnxruntime" else None
-    result["reference"] = oracle
-    for o in manifest["outputs"]:
-        name = o["name"]
-        d, g = np.asarray(dev.outputs[name]), np.asarray(golden[name])
-        close = compare_float(d, g)  # NaN-aware: a NaN (or inf) output is a result to compare too
-        entry: dict[str, Any] = {
-            "max_abs_diff_vs_golden": close.max_abs_diff,
-            "bit_exact_vs_golden": bool(np.array_equal(d, g, equal_nan=d.dtype.kind == "f")),
-        }
-        entry["golden_ok"] = entry["bit_exact_vs_golden"] if integer else close.ok
-        ok &= entry["golden_ok"]
-        if ort is not None and name in ort:
-            r = np.asarray(ort[name], np.float64).reshape(d.shape)
-            real = to_float_output(o, d).astype(np.float64) if np.asarray(ort[name]).dtype.kind == "f" else d
-            entry["max_abs_diff_vs_onnxruntime"] = compare_float(real, r).max_abs_diff
-            if d.ndim >= 2 and d.shape[-1] > 1:
-                entry["top1_agreement_vs_onnxruntime"] = float(np.mean(d.argmax(-1) == r.argmax(-1)))
-        if tflm is not None and name in tflm:
-            r = np.asarray(tflm[name]).reshape(d.shape)
-            entry["bit_exact_vs_tflm"] = bool(np.array_equal(d, r, equal_nan=d.dtype.kind == "f"))
-            entry["max_abs_diff_vs_tflm"] = compare_float(d, r).max_abs_diff
-            if integer:
-                ok &= entry["bit_exact_vs_tflm"]
-            if d.ndim >= 2 and d.shape[-1] > 1:
-                entry["top1_agreement_vs_tflm"] = float(np.mean(d.argmax(-1) == r.argmax(-1)))
-        if labels is not None and d.ndim >= 2 and d.shape[-1] > 1:
-            lab = np.asarray(labels).reshape(-1)
-            pred = d.reshape(-1, d.shape[-1]).argmax(-1)
-            if lab.size == pred.size:
-                entry["accuracy"] = float(np.mean(pred == lab))
-        result["outputs"][name] = entry
-    result["golden_ok"] = bool(ok)
-    result["integer"] = integer
-    return result
 
+    def on_board(feeds: Mapping[str, np.ndarray]) -> tuple[Mapping[str, np.ndarray], dict[str, Any]]:
+        dev = run_on_device(out, feeds, port, **connect_options)
+        return dev.outputs, {"board": board["name"], "per_inference": dev.per_inference, "units": dev.units.name}
 
-ORACLES = ("auto", "onnxruntime", "tflm", "none")
-
-
-def _oracle(against: str, source: str | None) -> str:
-    """The reference to compare with: "auto" picks TFLite Micro for a .tflite source, onnxruntime otherwise."""
-    if against not in ORACLES:
-        raise UsageError(f"--against must be one of {', '.join(ORACLES)}, got {against!r}")
-    tflite = bool(source) and str(source).lower().endswith(".tflite")
-    if against == "auto":
-        return "none" if not source else ("tflm" if tflite else "onnxruntime")
-    if against == "tflm" and not tflite:
-        raise UsageError(f"--against tflm needs a .tflite source model; this project was compiled from {source}")
-    if against == "onnxruntime" and tflite:
-        raise UsageError("--against onnxruntime needs an ONNX source model; this project was compiled from a .tflite")
-    if against != "none" and (not source or not Path(source).is_file()):
-        raise UsageError(f"--against {against}: the source model {source} is not there any more")
-    return against
-
-
-def _tflm_outputs(
-    source: str, samples: list[Mapping[str, np.ndarray]], manifest: Mapping[str, Any], mode: str
-) -> dict[str, np.ndarray]:
-    """TFLite Micro's own interpreter (the tflite-micro package) on the source .tflite, sample by sample,
-    fed exactly the (quantized) inputs the device gets; the state is reset before every sample."""
-    try:
-        from tflite_micro.python.tflite_micro import runtime
-    except ImportError:
-        raise UsageError(
-            "--against tflm needs TFLite Micro's interpreter: pip install 'tinyc[tflite]' (the tflite-micro package)"
-        ) from None
-    buf = Path(source).read_bytes()
-    interp = runtime.Interpreter.from_bytes(buf, arena_size=max(10 * len(buf), 1 << 20))
-    res: dict[str, list[np.ndarray]] = {o["name"]: [] for o in manifest["outputs"]}
-    for one in samples:
-        interp.reset()
-        for i, spec in enumerate(manifest["inputs"]):
-            interp.set_input(np.ascontiguousarray(np.asarray(one[spec["name"]]).astype(spec["dtype"])), i)
-        interp.invoke()
-        for j, spec in enumerate(manifest["outputs"]):
-            res[spec["name"]].append(np.array(interp.get_output(j), copy=True).reshape(spec["shape"]))
-    return stack_outputs(res, mode)
-
-
-def _onnxruntime_outputs(
-    source: str, feeds: Mapping[str, np.ndarray], manifest: Mapping[str, Any], n: int, mode: str
-) -> dict[str, np.ndarray] | None:
-    """onnxruntime on the source model (graph optimisations off: its fused int8 kernels round
-    differently on some CPUs), sample by sample; None when onnxruntime or the model is missing."""
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        return None
-    if not Path(source).is_file():
-        return None
-    from tinyc.quantize.feeds import sample
-
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    res: dict[str, list[np.ndarray]] = {k: [] for k in names}
-    for k in range(n):
-        one = {s["name"]: _ort_input(s, sample(feeds[s["name"]], s["shape"], mode, k)) for s in manifest["inputs"]}
-        for name, v in zip(names, sess.run(None, one)):
-            res[name].append(np.asarray(v))
-    return stack_outputs(res, mode)
-
-
-def _ort_input(spec: Mapping[str, Any], value: np.ndarray) -> np.ndarray:
-    """The source model's view of an input: an int8-I/O model's ONNX input is float, so float data
-    stays float and int8 data is dequantized on the input's grid; otherwise the manifest dtype."""
-    arr = np.asarray(value)
-    if spec.get("quant") is not None and arr.dtype.kind == "f":
-        return arr.astype(np.float32)
-    if spec.get("quant") is not None:  # int8 data for the int8 input: the float values it stands for
-        return to_float_output(spec, arr.astype(spec["dtype"]))
-    return arr.astype(spec["dtype"])
-
-
-def validation_table(v: Mapping[str, Any]) -> str:
-    rows = [
-        f"validated '{v['model']}' on {v['board']}: {v['samples']} samples, "
-        f"{v['per_inference']:,.0f} {v['units']} per inference"
-    ]
-    for name, e in v["outputs"].items():
-        parts = [
-            (
-                "device == golden model bit for bit"
-                if e["bit_exact_vs_golden"]
-                else f"device vs golden max |diff| {e['max_abs_diff_vs_golden']:.3g}"
-            )
-            + ("" if e["golden_ok"] else "  <-- MISMATCH")
-        ]
-        if "bit_exact_vs_tflm" in e:
-            parts.append(
-                "== TFLite Micro bit for bit"
-                if e["bit_exact_vs_tflm"]
-                else f"vs TFLite Micro max |diff| {e['max_abs_diff_vs_tflm']:.3g}  <-- DIFFERS"
-            )
-        if "top1_agreement_vs_tflm" in e:
-            parts.append(f"top-1 agreement with TFLite Micro {100 * e['top1_agreement_vs_tflm']:.2f}%")
-        if "top1_agreement_vs_onnxruntime" in e:
-            parts.append(f"top-1 agreement with onnxruntime {100 * e['top1_agreement_vs_onnxruntime']:.2f}%")
-        if "max_abs_diff_vs_onnxruntime" in e:
-            parts.append(f"max |diff| vs onnxruntime {e['max_abs_diff_vs_onnxruntime']:.3g}")
-        if "accuracy" in e:
-            parts.append(f"accuracy {100 * e['accuracy']:.2f}%")
-        rows.append(f"  {name}: " + "; ".join(parts))
-    return "\n".join(rows)
-
-
-def check_validation(v: Mapping[str, Any]) -> None:
-    """Raise RunError when the device disagrees with the golden model."""
-    if not v["golden_ok"]:
-        bad = [n for n, e in v["outputs"].items() if not e["golden_ok"]]
-        if bad:
-            raise RunError(f"device outputs differ from the golden model on {v['board']}: {', '.join(bad)}")
-        bad = [n for n, e in v["outputs"].items() if not e.get("bit_exact_vs_tflm", True)]
-        raise RunError(f"device outputs differ from TFLite Micro on {v['board']}: {', '.join(bad)}")
+    return validate_outputs(
+        out, manifest, data, on_board, graph, source, labels=labels, against=against, raw=raw, output=output
+    )

@@ -118,7 +118,7 @@ def compare_float_int8(
     progress: bool = True,
 ) -> Comparison:
     """Float vs int8 (golden integer model) over `n` samples; see the module docstring."""
-    from tqdm import tqdm
+    from tinyc.progress import track
 
     g8, gf = q.graph, q.float_graph
     producers = {o: node for node in g8.nodes for o in node.outputs}
@@ -132,7 +132,7 @@ def compare_float_int8(
     emax = {f: 0.0 for f, _ in pairs}
     fmax = {f: 0.0 for f, _ in pairs}
     outs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-    for k in tqdm(range(n), desc="float vs int8", unit="sample", disable=not progress, leave=False):
+    for k in track(range(n), "float vs int8", unit="sample", show=None if progress else False):
         x = feeds(k)
         ef = run_graph(gf, x, keep_all=True)
         e8 = run_graph(g8, x, keep_all=True)

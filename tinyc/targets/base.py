@@ -118,13 +118,32 @@ class Target(ABC):
         return profile_on_device(out, feeds, port=port, **self.device_options(options))
 
     def validate(
-        self, out: Path, data: Any, port: str | None = None, labels: Any = None, against: str = "auto", **options: Any
+        self,
+        out: Path,
+        data: Any,
+        port: str | None = None,
+        labels: Any = None,
+        against: str = "auto",
+        device: str | None = None,
+        raw: bool = False,
+        output: str | os.PathLike[str] | None = None,
+        **options: Any,
     ) -> dict[str, Any]:
         """Device outputs vs the golden model and onnxruntime or TFLite Micro (see `tinyc.api.validate`)."""
         from tinyc.device.runner import validate_on_device
 
+        refuse_device(device)
         feeds = load_inputs(data, "data file")
-        return validate_on_device(out, feeds, port=port, labels=labels, against=against, **self.device_options(options))
+        return validate_on_device(
+            out,
+            feeds,
+            port=port,
+            labels=labels,
+            against=against,
+            raw=raw,
+            output=output,
+            **self.device_options(options),
+        )
 
     def flash(self, out: Path, port: str | None = None, **options: Any) -> dict[str, Any]:
         """Flash (or start) the firmware and return its HELLO (see `tinyc.api.flash`)."""

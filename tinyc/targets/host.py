@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 from collections.abc import Mapping
@@ -57,10 +56,25 @@ def write_project(out_dir: Path, files: Mapping[str, str], manifest: dict[str, A
     write_sources(out_dir, files)
     env = template_env()
     ctx = dict(manifest["render"], version=__version__, cflags=cflags)
-    _write_if_changed(out_dir / "CMakeLists.txt", env.get_template("project/host/CMakeLists.txt.j2").render(**ctx))
+    cmake = env.get_template("project/host/CMakeLists.txt.j2").render(**ctx)
+    _write_if_changed(out_dir / "CMakeLists.txt", cmake + _other_models_cmake(files, manifest["prefix"]))
     _write_if_changed(out_dir / "main.c", env.get_template("project/host/main.c.j2").render(**ctx))
     public = {k: v for k, v in manifest.items() if k != "render"}
     _write_if_changed(out_dir / MANIFEST, json.dumps(public, indent=2) + "\n")
+
+
+def _other_models_cmake(files: Mapping[str, str], prefix: str) -> str:
+    """Several models in one folder (tinyc.api.compile_models): the library and the runner are
+    the first model's; the other models' sources (and the shared arena) are linked into both."""
+    others = sorted(f for f in files if f.endswith(".c") and f not in (f"{prefix}.c", f"{prefix}_weights.c"))
+    if not others:
+        return ""
+    srcs = " ".join(others)
+    return (
+        "\n# The other models compiled into this folder (tinyc compile a.onnx b.onnx): linked into both.\n"
+        f"target_sources({prefix} PRIVATE {srcs})\n"
+        f"target_sources({prefix}_main PRIVATE {srcs})\n"
+    )
 
 
 def _write_if_changed(path: Path, text: str) -> None:
@@ -139,18 +153,73 @@ def run_batch(out_dir: str | os.PathLike, inputs: Mapping[str, np.ndarray]) -> d
     """Run the compiled model on `inputs`: exact shapes (one inference), or N samples given as an
     extra leading dim (N, *shape) or, for models with batch 1, as (N, *shape[1:]). The data is
     checked (tinyc.quantize.feeds) before the library is built or loaded."""
+    return run_measured(out_dir, inputs)[0]
+
+
+def run_measured(
+    out_dir: str | os.PathLike, inputs: Mapping[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """`run_batch`, plus what one inference took: the median wall-clock ns of a call (ctypes, or
+    for a sanitizer build the runner process), as `validate` reports it."""
+    import statistics
+    import time
+
     out = Path(out_dir)
     manifest = load_manifest(out)
     feeds = prepare_feeds(manifest, inputs)
     model = load_model(out, manifest)
     results: dict[str, list[np.ndarray]] = {o["name"]: [] for o in manifest["outputs"]}
-    from tqdm import tqdm
+    from tinyc.progress import track
 
     n = feeds.n
-    for k in tqdm(range(n), desc="inferences", unit="inf", leave=False, disable=n < 200 or not sys.stderr.isatty()):
-        for name, value in model(feeds.raw(k)).items():
+    times: list[int] = []
+    for k in track(range(n), "inferences", unit="inference", show=False if n < 200 else None):
+        one = feeds.raw(k)
+        t0 = time.perf_counter_ns()
+        got = model(one)
+        times.append(time.perf_counter_ns() - t0)
+        for name, value in got.items():
             results[name].append(value)
-    return stack_outputs(results, feeds.mode)
+    how = "the runner process (sanitizer build)" if isinstance(model, ExecutableModel) else "ctypes"
+    measured = {
+        "board": "host",
+        "per_inference": float(statistics.median(times)),
+        "units": "ns",
+        "units_note": f"wall-clock ns of one inference through {how}, median of {n}",
+    }
+    return stack_outputs(results, feeds.mode), measured
+
+
+def validate_host(
+    out_dir: str | os.PathLike,
+    data: Mapping[str, Any],
+    labels: np.ndarray | None = None,
+    against: str = "auto",
+    raw: bool = False,
+    output: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """`tinyc validate` on a host folder: the library's outputs vs the golden model vs onnxruntime
+    or TFLite Micro (tinyc.device.validation; the same fields as a board's)."""
+    from tinyc.device.runner import load_golden_graph
+    from tinyc.device.validation import validate_outputs
+
+    out = Path(out_dir)
+    manifest = load_manifest(out)
+    graph, source = load_golden_graph(out)
+    build(out)  # before the timing: the first inference does not pay for the build
+    return validate_outputs(
+        out,
+        manifest,
+        data,
+        lambda feeds: run_measured(out, feeds),
+        graph,
+        source,
+        labels=labels,
+        against=against,
+        raw=raw,
+        who="host",
+        output=output,
+    )
 
 
 #: Symbols only a sanitizer-instrumented object references (gcc and clang alike).
@@ -243,41 +312,3 @@ class ExecutableModel:
                     np.frombuffer(raw, dtype=dt, count=count).astype(dt.newbyteorder("=")).reshape(spec["shape"])
                 )
             return results
-
-
-def profile_layers(
-    out_dir: str | os.PathLike, feeds: Mapping[str, np.ndarray], repeat: int = 50
-) -> list[dict[str, Any]]:
-    """Median wall time of each layer (run in order on real data through `<prefix>_run_layer`)."""
-    import time
-
-    out = Path(out_dir)
-    manifest = load_manifest(out)
-    lib = build(out)
-    if is_sanitized(lib):
-        raise RunError(
-            f"{out} is a sanitizer build: per-layer timing loads the library in-process, which a "
-            "sanitizer runtime does not allow (compile without -fsanitize to profile)"
-        )
-    model = HostModel(lib, manifest)
-    model(feeds)  # fills the arena with real intermediate values
-    prefix = manifest["prefix"]
-    run_layer = getattr(model.lib, f"{prefix}_run_layer")
-    run_layer.argtypes = [ctypes.c_int32]
-    name_of = getattr(model.lib, f"{prefix}_layer_name")
-    name_of.argtypes = [ctypes.c_int32]
-    name_of.restype = ctypes.c_char_p
-    times: list[list[float]] = []
-    k = 0
-    while name_of(k) is not None:
-        times.append([])
-        k += 1
-    for _ in range(repeat):
-        for i in range(len(times)):
-            t0 = time.perf_counter()
-            run_layer(i)
-            times[i].append(time.perf_counter() - t0)
-    return [
-        {"index": i, "name": name_of(i).decode("utf-8", "replace"), "median_us": float(np.median(t)) * 1e6}
-        for i, t in enumerate(times)
-    ]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -336,9 +335,9 @@ def run_batch(
     n = feeds.n
     results: dict[str, list[np.ndarray]] = {o["name"]: [] for o in manifest["outputs"]}
     times = []
-    from tqdm import tqdm
+    from tinyc.progress import track
 
-    for k in tqdm(range(n), desc="inferences", unit="inf", leave=False, disable=n < 200 or not sys.stderr.isatty()):
+    for k in track(range(n), "inferences", unit="inference", show=False if n < 200 else None):
         for name, value in model(feeds.raw(k)).items():
             results[name].append(value)
         if profile:
@@ -347,3 +346,60 @@ def run_batch(
     if profile:
         out["__kernel_ns__"] = np.asarray(times, dtype=np.int64)
     return out
+
+
+def run_measured(
+    out_dir: str | os.PathLike, inputs: Mapping[str, np.ndarray], device: str | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """`run_batch` with event profiling on, plus what one inference took on the device: the median
+    span from the first kernel's start to the last one's end (as `tinyc profile` calls RUN)."""
+    import statistics
+
+    feeds = prepare_feeds(load_manifest(Path(out_dir)), inputs)
+    model = OpenCLModel(out_dir, device=device, profile=True)
+    results: dict[str, list[np.ndarray]] = {o["name"]: [] for o in model.outputs}
+    spans: list[int] = []
+    for k in range(feeds.n):
+        for name, value in model(feeds.raw(k)).items():
+            results[name].append(value)
+        spans.append(model.last_span_ns)
+    name = model.device.name.strip()
+    measured = {
+        "board": f"opencl:{name}",
+        "per_inference": float(statistics.median(spans)) if spans else 0.0,
+        "units": "ns",
+        "units_note": f"OpenCL event profiling on {name}: first kernel's start to last one's end, median",
+    }
+    return stack_outputs(results, feeds.mode), measured
+
+
+def validate_opencl(
+    out_dir: str | os.PathLike,
+    data: Mapping[str, Any],
+    device: str | None = None,
+    labels: np.ndarray | None = None,
+    against: str = "auto",
+    raw: bool = False,
+    output: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """`tinyc validate` on an OpenCL folder, on `device`: the program's outputs vs the golden model
+    vs onnxruntime or TFLite Micro (tinyc.device.validation; the same fields as a board's)."""
+    from tinyc.device.runner import load_golden_graph
+    from tinyc.device.validation import validate_outputs
+
+    out = Path(out_dir)
+    manifest = load_manifest(out)
+    graph, source = load_golden_graph(out)
+    return validate_outputs(
+        out,
+        manifest,
+        data,
+        lambda feeds: run_measured(out, feeds, device=device),
+        graph,
+        source,
+        labels=labels,
+        against=against,
+        raw=raw,
+        who="OpenCL",
+        output=output,
+    )

@@ -8,7 +8,6 @@ Kept apart from the runner (tinyc.targets.opencl), which only loads and runs a f
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
@@ -60,17 +59,14 @@ def profile_opencl(
     """Per-kernel device time (median of `repeat` inferences after one warm-up), MACs from
     report.json, MACs per ns and share; plus the whole inference's median (first kernel's start
     to last kernel's end, launch gaps included) — the same shape as a board's profile."""
+    from tinyc.device.runner import layer_macs
     from tinyc.targets.opencl import OpenCLModel
 
     out = Path(out_dir)
     model = OpenCLModel(out, device=device, profile=True)
     if feeds is None:
         feeds = {s["name"]: np.zeros(s["shape"], s["dtype"]) for s in model.inputs}
-    report = json.loads((out / "report.json").read_text())
-    macs_by_kernel: dict[int, int] = {}
-    for layer in report.get("layers", []):
-        if layer.get("kernel") is not None:
-            macs_by_kernel[int(layer["kernel"])] = macs_by_kernel.get(int(layer["kernel"]), 0) + int(layer["macs"])
+    macs_by_kernel = layer_macs(out)
     per_kernel: list[list[float]] = [[] for _ in model.kernels]
     whole: list[float] = []
     model(feeds)  # warm-up: first launches pay for the driver's lazy setup
@@ -83,11 +79,14 @@ def profile_opencl(
     med = [statistics.median(t) if t else 0.0 for t in per_kernel]
     total = sum(med)
     layers = []
-    for i, (entry, t) in enumerate(zip(model.manifest["opencl"]["kernels"], med)):
-        macs = macs_by_kernel.get(int(entry["index"]), 0)
+    seen: set[int] = set()
+    for entry, t in zip(model.manifest["opencl"]["kernels"], med):
+        code = int(entry["index"])  # the code-layer index (report.json's "kernel", as a board's profile)
+        macs = 0 if code in seen else macs_by_kernel.get(code, 0)  # a layer's MACs once, on its first kernel
+        seen.add(code)
         layers.append(
             {
-                "index": i,
+                "index": code,
                 "name": entry["name"],
                 "op": entry["op"],
                 "ns": round(t, 1),
