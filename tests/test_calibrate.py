@@ -131,7 +131,10 @@ def test_sample_conventions_agree(tmp_path):
     x = r.normal(size=(12, 8)).astype(np.float32)
     batch1 = collect_ranges(graph, {"x": x}, progress=False)                # N in place of the batch dim
     extra = collect_ranges(graph, {"x": x[:, None, :]}, progress=False)     # extra leading dim
-    alias = collect_ranges(graph, {"data": x}, progress=False)             # one-input model: any single key
+    # a one-input model takes its name or 'x' as the key, never any single key by guess (issue 18)
+    with pytest.raises(RunError, match=r"expected keys: 'x', plus an optional 'labels'; found keys: 'data'"):
+        collect_ranges(graph, {"data": x}, progress=False)
+    alias = collect_ranges(graph, {"x": x}, progress=False)
     np.savez(tmp_path / "calib.npz", x=x)
     from_file = collect_ranges(graph, tmp_path / "calib.npz", method="mse", progress=False)
     for name in batch1:

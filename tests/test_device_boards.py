@@ -37,7 +37,7 @@ def digits_data(tmp_path_factory):
     x_train, _, x_test, y_test = load_split()
     d = tmp_path_factory.mktemp("digits_data")
     np.savez(d / "calib.npz", input=x_train[:200])
-    np.savez(d / "test.npz", input=x_test[:24], y=y_test[:24])
+    np.savez(d / "test.npz", input=x_test[:24], labels=y_test[:24])
     return d
 
 

@@ -86,7 +86,8 @@ def _bad_files(d, x):
     np.savez(d / "missing.npz", a=x, b=x)
     cases.append(("missing.npz", r"input data lacks model input\(s\) input"))
     np.savez(d / "extra.npz", input=x, inptu=x)
-    cases.append(("extra.npz", r"array\(s\) 'inptu' that are not model inputs; the model's inputs are input"))
+    cases.append(("extra.npz", r"array\(s\) 'inptu' that are not model inputs .*expected keys: 'input'.*"
+                               r"found keys: 'input', 'inptu'"))
     np.savez(d / "good.npz", input=x)
     (d / "truncated.npz").write_bytes((d / "good.npz").read_bytes()[:200])
     cases.append(("truncated.npz", r"truncated.npz is not a readable .npz/.npy file \(truncated or corrupt"))
@@ -129,8 +130,9 @@ def test_bad_arrays_through_the_api(digits, data):
         tinyc.run(digits, {"input": x, "extra": x})
     with pytest.raises(UsageError, match="inputs must be a path to an .npz/.npy file"):
         tinyc.run(digits, 42)
-    # labels are not inputs and are ignored; one array alone is a one-input model's input
-    np.testing.assert_array_equal(tinyc.run(digits, {"input": x, "y": data["y"]})["logits"],
+    # labels (a key named 'labels') are not inputs and are ignored; one array alone is a one-input
+    # model's input
+    np.testing.assert_array_equal(tinyc.run(digits, {"input": x, "labels": data["y"]})["logits"],
                                   tinyc.run(digits, x)["logits"])
 
 
@@ -258,7 +260,7 @@ def test_board_run_and_validate_check_the_data_before_the_board(tmp_path, data, 
     x.flat[100] = 300
     with pytest.raises(RunError, match=r"value 300 at index 100 \(element \(1, 0, 4, 4\)\) is outside int8"):
         tinyc.run(out, {"input": x})
-    np.savez(tmp_path / "s.npz", input=np.array(["a"]), y=np.arange(1))
+    np.savez(tmp_path / "s.npz", input=np.array(["a"]), labels=np.arange(1))
     rc, err = _cli(["validate", out, "--data", tmp_path / "s.npz"], capsys)
     assert rc == 2 and "holds <U1 data (strings)" in err
     rc, err = _cli(["profile", out, "--input", tmp_path / "s.npz"], capsys)

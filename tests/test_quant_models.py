@@ -220,7 +220,7 @@ def test_quantize_int8_without_calibration_is_a_usage_error(tmp_path):
 
 def test_cli_quantize_exports_qdq_and_writes_report(tmp_path):
     x_train, y_train, _, _ = _digits()
-    np.savez(tmp_path / "calib.npz", input=x_train[:100], y=y_train[:100])
+    np.savez(tmp_path / "calib.npz", input=x_train[:100], labels=y_train[:100])
     r = subprocess.run([sys.executable, "-m", "tinyc", "quantize", str(DIGITS), "--calib", str(tmp_path / "calib.npz"),
                         "-o", str(tmp_path / "d_int8.onnx"), "--report", str(tmp_path / "q.md")],
                        capture_output=True, text=True)

@@ -48,7 +48,7 @@ def on_board(args: argparse.Namespace) -> int:
     print(f"  flash {r['flash_bytes']:,} B, RAM {r['ram_bytes']:,} B (arena {r['arena_bytes']:,} B, lower bound "
           f"{r['arena_lower_bound_bytes']:,} B; worst-case stack {r['stack_bytes']:,} B)")
     t0 = time.perf_counter()
-    v = tinyc.validate(out, {"input": x_test, "y": y_test})
+    v = tinyc.validate(out, {"input": x_test, "labels": y_test})
     print(validation_table(v) + f"  [{time.perf_counter() - t0:.1f} s]")
     p = tinyc.profile(out, {"input": x_test[:1]})
     print(profile_table(p))

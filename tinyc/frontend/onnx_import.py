@@ -125,9 +125,24 @@ def _check_ops(model: onnx.ModelProto) -> None:
             bad.append(f"'{n.name or f'#{i}'}' ({dom}{n.op_type})")
     if bad:
         ops = sorted({b.split("(")[1].rstrip(")") for b in bad})
+        hints = "".join(_op_hint(op) for op in ops)
         raise UnsupportedError(
-            f"{len(bad)} node(s) use operators tinyc does not support ({', '.join(ops)}): " + ", ".join(bad)
+            f"{len(bad)} node(s) use operators tinyc does not support ({', '.join(ops)}): " + ", ".join(bad) + hints
         )
+
+
+def _op_hint(shown: str) -> str:
+    """'; Relux: did you mean 'Relu'?' for a near-miss of a supported ONNX op name (a typo, another
+    casing, or a custom-domain op named like a standard one: `shown` is "[domain.]OpType"); '' else."""
+    from tinyc.ops.base import supported_onnx_ops
+    from tinyc.suggest import close_matches
+
+    domain, _, op_type = shown.rpartition(".")
+    close = [c for c in close_matches(op_type, supported_onnx_ops()) if domain or c != op_type]
+    if not close:
+        return ""
+    where = " in the standard ONNX domain" if domain else ""
+    return f"; {shown}: did you mean {' or '.join(repr(c) for c in close)}{where}?"
 
 
 def _opset(model: onnx.ModelProto) -> int:
@@ -296,7 +311,10 @@ def _import_or_expand(
             return
     if _expand(g, onode, opsets, node_name, used, depth) is None:
         dshow = f"{dom}." if dom else ""
-        raise UnsupportedError(f"node '{node_name}' ({dshow}{onode.op_type}): operator tinyc does not support")
+        raise UnsupportedError(
+            f"node '{node_name}' ({dshow}{onode.op_type}): operator tinyc does not support"
+            + _op_hint(f"{dshow}{onode.op_type}")
+        )
 
 
 def _expand(

@@ -284,8 +284,7 @@ def collect_ranges(
 ) -> dict[str, TensorRange]:
     """Calibrated range of every float32 activation tensor of `graph` over the samples of `calib`
     ({input name: array with a leading sample dim N}, or an .npz path). See the module docstring."""
-    from tqdm import tqdm
-
+    from tinyc.progress import track
     from tinyc.reference import run_graph
 
     if method not in METHODS:
@@ -304,7 +303,7 @@ def collect_ranges(
     count = dict.fromkeys(names, 0)
     bad = dict.fromkeys(names, 0)
     desc = "calibrating (pass 1/2: min/max)" if two_pass else "calibrating"
-    for k in tqdm(range(n), desc=desc, unit="sample", disable=not progress, leave=False):
+    for k in track(range(n), desc, unit="sample", show=progress):
         env = run_graph(graph, feeds(k), keep_all=True)
         for name in names:
             x, nonfinite = _finite(env[name])
@@ -327,9 +326,7 @@ def collect_ranges(
             if r[1] - r[0] > 0:
                 hrange[name] = r
                 hists[name] = np.zeros(bins, np.int64)
-        for k in tqdm(
-            range(n), desc="calibrating (pass 2/2: histograms)", unit="sample", disable=not progress, leave=False
-        ):
+        for k in track(range(n), "calibrating (pass 2/2: histograms)", unit="sample", show=progress):
             env = run_graph(graph, feeds(k), keep_all=True)
             for name, counts in hists.items():
                 x, _ = _finite(env[name])

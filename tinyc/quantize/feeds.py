@@ -9,8 +9,9 @@ model and onnxruntime, and calibration — so the rules live here, once:
   a directory, a truncated or corrupt archive, a pickle-only file or an object array is one clear
   line, never a traceback.
 - names (`prepare_feeds`): every model input present; arrays that are neither a model input nor
-  labels (``y``, ``label``, ``labels``) are refused by name, so a typo is not silently ignored. A
-  one-input model also takes its data under ``x`` or as the only array (or an ``.npy``).
+  labels (a key named ``labels``) are refused by name, so a typo is not silently ignored. A
+  one-input model also takes its data under ``x`` (the key an ``.npy`` or a bare array is read
+  as) — never under some other key by guess. Every key error lists the expected and the found keys.
 - dtype: numbers or bool only; strings, bytes, Python objects, complex, datetimes and records are
   refused.
 - shape: the model's shape (one inference), one extra leading dim N (N inferences) or, for a model
@@ -49,7 +50,8 @@ import numpy as np
 from tinyc.errors import RunError, TinycError, UsageError
 
 #: Keys of a data file that hold labels, not model inputs (ignored unless the model has such an input).
-LABEL_KEYS = ("y", "label", "labels")
+#: Only an explicit name: a 'y' or 'label' array is refused like any other stray key, never guessed.
+LABEL_KEYS = ("labels",)
 
 _KIND_NAMES = {
     "U": "strings",
@@ -159,15 +161,22 @@ def load_one_array(path: str | os.PathLike, what: str, error: type[TinycError] =
 
 
 def resolve_input_names(manifest: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """A one-input model also accepts data whose array is called 'x' (or is the only one, or an .npy)."""
+    """A one-input model also accepts data whose array is called 'x' (an .npy, or a bare array,
+    is read under that key). Any other key must be the input's name: no guessing."""
     names = [s["name"] for s in manifest["inputs"]]
     out = dict(inputs)
-    if len(names) == 1 and names[0] not in out:
-        data_keys = [k for k in out if k not in LABEL_KEYS]
-        if "x" in out or len(data_keys) == 1:
-            key = "x" if "x" in out else data_keys[0]
-            out[names[0]] = out.pop(key)
+    if len(names) == 1 and names[0] not in out and "x" in out:
+        out[names[0]] = out.pop("x")
     return out
+
+
+def _keys(keys: Sequence[str]) -> str:
+    return ", ".join(repr(k) for k in keys) if keys else "none"
+
+
+def _expected_found(names: Sequence[str], found: Sequence[str]) -> str:
+    alias = " (or 'x')" if len(names) == 1 and names[0] != "x" else ""
+    return f"expected keys: {_keys(names)}{alias}, plus an optional 'labels'; found keys: {_keys(found)}"
 
 
 def check_names(manifest: Mapping[str, Any], inputs: Mapping[str, Any], source: Any = None) -> None:
@@ -178,17 +187,18 @@ def check_names(manifest: Mapping[str, Any], inputs: Mapping[str, Any], source: 
             f"{source.path} is an .npy file holding one array; the model has {len(names)} inputs "
             f"({', '.join(names)}): give an .npz with one array per input"
         )
+    found = list(source if isinstance(source, Mapping) else inputs)  # the keys as the user gave them
     missing = [n for n in names if n not in inputs]
     if missing:
         raise RunError(
-            f"input data lacks model input(s) {', '.join(missing)}; the model's inputs are "
-            f"{', '.join(names)} (npz keys must be these names)"
+            f"input data lacks model input(s) {', '.join(missing)} (npz keys must be the model's input "
+            f"names): {_expected_found(names, found)}"
         )
     extra = [k for k in inputs if k not in names and k not in LABEL_KEYS]
     if extra:
         raise RunError(
-            f"input data has array(s) {', '.join(repr(k) for k in extra)} that are not model inputs; "
-            f"the model's inputs are {', '.join(names)}"
+            f"input data has array(s) {', '.join(repr(k) for k in extra)} that are not model inputs "
+            f"(labels go under 'labels' or --labels): {_expected_found(names, found)}"
         )
 
 

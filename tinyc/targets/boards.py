@@ -158,7 +158,9 @@ def load_board(name: str, board_dir: str | Path | None = None) -> dict[str, Any]
         if path.is_file():
             return load_board_file(path)
     known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.toml")})
-    raise UsageError(f"unknown board '{name}' (known: {', '.join(known)})")
+    from tinyc.suggest import did_you_mean
+
+    raise UsageError(f"unknown board '{name}'{did_you_mean(name, known)} (known: {', '.join(known)})")
 
 
 def load_board_file(path: str | Path) -> dict[str, Any]:

@@ -291,10 +291,7 @@ class TuningSession:
         seed: int,
         epsilon: float,
     ) -> None:
-        import sys
-
-        from tqdm import tqdm
-
+        from tinyc.progress import Bar
         from tinyc.tune.cost_model import CostModel
         from tinyc.tune.tasks import drop_unoffered_records
 
@@ -312,8 +309,8 @@ class TuningSession:
         self.result = TuneResult(
             self.board_name, target.schedule_target, measurer.units, log_path, [], 0, executor=executor.description
         )
-        show = sys.stderr.isatty() if progress is None else progress
-        self.bar = tqdm(total=trials, desc=f"tuning on {self.board_name}", unit="cand", disable=not show, leave=True)
+        # a bar on a terminal, a plain line per stage elsewhere (tinyc.progress); progress=False: silent
+        self.bar = Bar(trials, f"tuning on {self.board_name}", unit="cand", show=progress, leave=True)
         self.in_flight: dict[str, set[str]] = {}  # task key -> knobs ids of candidates submitted, not yet recorded
         self.lost_now: dict[str, set[str]] = {}  # task key -> knobs ids lost (after their retries) in this run
         self.pending_trials = 0  # counted candidates in flight
