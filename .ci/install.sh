@@ -18,6 +18,13 @@ command -v qemu-system-arm >/dev/null 2>&1 || need+=(qemu-system-arm)
 # the OpenCL target's tests run on the CPU through PoCL (an OpenCL driver) and the ICD loader
 [ -f /etc/OpenCL/vendors/pocl.icd ] || need+=(pocl-opencl-icd)
 [ -f /usr/include/CL/cl.h ] || need+=(ocl-icd-opencl-dev)
+# --format arduino is built by a real Arduino builder in the tests (Debian's, with arduino-ctags)
+command -v arduino-builder >/dev/null 2>&1 || need+=(arduino-builder)
+# report.html is checked as a person sees it: rendered by headless Chromium, its text read back
+# from the printed PDF (pdftotext); the plots' text needs a font installed
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v pdftotext >/dev/null 2>&1 || need+=(poppler-utils)
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
     need+=(python3-venv)
 fi

@@ -3,8 +3,10 @@
 from tinyc.version import __version__
 
 from tinyc.api import (
+    analyze,
     build_project,
     compile,
+    compile_models,
     devices,
     flash,
     inspect,
@@ -17,8 +19,10 @@ from tinyc.api import (
 
 __all__ = [
     "__version__",
+    "analyze",
     "build_project",
     "compile",
+    "compile_models",
     "devices",
     "flash",
     "inspect",

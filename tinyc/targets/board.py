@@ -145,7 +145,11 @@ def write_board_project(
         nlayers=_header_number(files, prefix, "NUM_LAYERS"),
     )
     env = _jinja_env()
+    defines = board_defines(board)
     if main_source is None:
+        # the harness runs the model through its context API on its own arena (zero copy): the
+        # one-call API's static arena would be RAM spent twice
+        defines.append(f"{prefix.upper()}_NO_STATIC_ARENA")
         if not (templates_dir() / HARNESS_TEMPLATE).is_file():
             raise UsageError(
                 f"the firmware harness template templates/{HARNESS_TEMPLATE} is missing (broken installation?)"
@@ -166,7 +170,8 @@ def write_board_project(
         model_sources=sorted(n for n in files if n.endswith(".c")),
         runtime_sources=[f"runtime/src/{f.name}" for f in sorted((runtime_dir() / "src").glob("*.c"))],
         port_sources=[f"runtime/port/{n}" for n in ports],
-        defines=board_defines(board),
+        defines=defines,
+        sections=manifest.get("sections") or {},
     )
     for name, template in (
         ("link.ld", "link.ld.j2"),
@@ -188,8 +193,51 @@ def _io_bytes(manifest: Mapping[str, Any]) -> int:
     return total
 
 
+def fit_remedy(report: Mapping[str, Any], manifest: Mapping[str, Any], board: Mapping[str, Any]) -> str:
+    """What to do about a model that does not fit, with numbers: quantize a float model to int8,
+    give an int8 model int8 I/O, or pick a bundled board with room (flash for the weights, RAM for
+    arena + I/O + that board's stack)."""
+    from tinyc.targets.boards import board_names, load_board
+
+    weights = int(report.get("weights_bytes", 0))
+    arena = int(report.get("arena_bytes", 0))
+    io = _io_bytes(manifest)
+    tips = []
+    if not report.get("quantization"):
+        tips.append(
+            f"quantize it (--quantize int8 --data DATA.npz): weights about {weights // 4} B instead of "
+            f"{weights}, float activations in the arena about a quarter of {arena} B"
+        )
+    else:
+        float_io = [
+            s for s in list(manifest.get("inputs", [])) + list(manifest.get("outputs", [])) if s["dtype"] == "float32"
+        ]
+        saved = sum(3 * max(int(np.prod(s["shape"], dtype=np.int64)) if s["shape"] else 1, 1) for s in float_io)
+        if saved:
+            tips.append(
+                f"--io-dtype int8 (int8 inputs/outputs) saves at least {saved} B of RAM (the float I/O "
+                "buffers; the arena's float copy of the inputs goes too)"
+            )
+    fits = []
+    for name in board_names():
+        if name == board.get("name"):
+            continue
+        try:
+            other = load_board(name)
+        except UsageError:
+            continue
+        om = other.get("memory")
+        if other.get("kind") == "host" or not om:
+            continue
+        need = arena + io + int(om["stack_size"])
+        if weights <= om["flash_size"] and need <= om["ram_size"]:
+            fits.append(f"{name} (flash {om['flash_size']} B, RAM {om['ram_size']} B for {need} B)")
+    tips.append("boards where it fits: " + ", ".join(fits) if fits else "no bundled board has room for it")
+    return "; remedy: " + "; or ".join(tips)
+
+
 def _fit_message(
-    what: str, board: Mapping[str, Any], flash: tuple[int, str] | None, ram: tuple[int, str] | None
+    what: str, board: Mapping[str, Any], flash: tuple[int, str] | None, ram: tuple[int, str] | None, remedy: str = ""
 ) -> str:
     mem = board["memory"]
     parts = []
@@ -201,7 +249,7 @@ def _fit_message(
     if ram is not None:
         need, detail = ram
         parts.append(f"RAM needs {need} bytes{detail}, {mem['ram_size']} available ({need - mem['ram_size']} over)")
-    return f"{what} does not fit board '{board['name']}': " + "; ".join(parts)
+    return f"{what} does not fit board '{board['name']}': " + "; ".join(parts) + remedy
 
 
 def check_fit(report: Mapping[str, Any], manifest: Mapping[str, Any], board: Mapping[str, Any]) -> None:
@@ -220,7 +268,8 @@ def check_fit(report: Mapping[str, Any], manifest: Mapping[str, Any], board: Map
         else None
     )
     if flash or ram:
-        raise BuildError(_fit_message(f"model '{manifest.get('model', manifest.get('prefix'))}'", board, flash, ram))
+        what = f"model '{manifest.get('model', manifest.get('prefix'))}'"
+        raise BuildError(_fit_message(what, board, flash, ram, fit_remedy(report, manifest, board)))
 
 
 def _source_digest(out_dir: Path) -> str:

@@ -14,9 +14,11 @@ from tinyc.errors import UsageError
 from tinyc.ir import Graph
 from tinyc.ir.isa import Isa
 from tinyc.targets.base import Target, load_inputs, refuse_device
+from tinyc.targets.packages.layout import PACKAGE_FORMATS
 
-#: --format with --board: a firmware project (the serial harness as main) or a library for your firmware
-FORMATS = ("project", "library")
+#: --format with --board: a firmware project (the serial harness as main), a library for your
+#: firmware, or a package for its build system (tinyc.targets.packages)
+FORMATS = ("project", "library", *PACKAGE_FORMATS)
 
 
 class HostTarget(Target):
@@ -28,16 +30,56 @@ class HostTarget(Target):
         self.cflags = cflags
 
     def write_project(self, out: Path, gen: Any, graph: Graph, source_model: str | None) -> None:
+        from tinyc.device.runner import save_golden_graph
         from tinyc.targets import host
 
         host.write_project(
             out, gen.files, gen.manifest, self.cflags if self.cflags is not None else host.default_cflags()
         )
+        save_golden_graph(out, graph, source_model)  # for `tinyc validate`
 
     def build(self, out: Path, force: bool = False) -> dict[str, Any]:
         from tinyc.targets import host
 
         return {"library": str(host.build(out, force=force))}
+
+    def profile(
+        self,
+        out: Path,
+        inputs: Any = None,
+        port: str | None = None,
+        device: str | None = None,
+        repeat: int = 10,
+        **options: Any,
+    ) -> dict[str, Any]:
+        """Median nanoseconds per code layer (`<prefix>_run_layer`) over `repeat` runs, in-process."""
+        from tinyc.codegen.manifest import load_manifest
+        from tinyc.quantize.feeds import prepare_feeds
+        from tinyc.targets.host_profile import profile_host
+
+        refuse_device(device)
+        feeds = None
+        if inputs is not None:
+            feeds = prepare_feeds(load_manifest(Path(out)), load_inputs(inputs)).model(0)
+        return profile_host(out, feeds, repeat=repeat)
+
+    def validate(
+        self,
+        out: Path,
+        data: Any,
+        port: str | None = None,
+        labels: Any = None,
+        against: str = "auto",
+        device: str | None = None,
+        raw: bool = False,
+        output: str | os.PathLike[str] | None = None,
+        **options: Any,
+    ) -> dict[str, Any]:
+        """The library's outputs vs the golden model and onnxruntime or TFLite Micro."""
+        from tinyc.targets.host import validate_host
+
+        refuse_device(device)
+        return validate_host(out, load_inputs(data, "data file"), labels, against, raw=raw, output=output)
 
 
 class OpenCLTarget(Target):
@@ -47,9 +89,11 @@ class OpenCLTarget(Target):
     selects_device = True
 
     def write_project(self, out: Path, gen: Any, graph: Graph, source_model: str | None) -> None:
+        from tinyc.device.runner import save_golden_graph
         from tinyc.targets import opencl
 
         opencl.write_project(out, gen.files, gen.blobs, gen.manifest)
+        save_golden_graph(out, graph, source_model)  # for `tinyc validate`
 
     def build(self, out: Path, force: bool = False) -> dict[str, Any]:
         from tinyc.targets.opencl import OpenCLModel
@@ -80,6 +124,23 @@ class OpenCLTarget(Target):
         if inputs is not None:
             feeds = prepare_feeds(load_manifest(Path(out)), load_inputs(inputs)).model(0)
         return profile_opencl(out, feeds, device=device, repeat=repeat)
+
+    def validate(
+        self,
+        out: Path,
+        data: Any,
+        port: str | None = None,
+        labels: Any = None,
+        against: str = "auto",
+        device: str | None = None,
+        raw: bool = False,
+        output: str | os.PathLike[str] | None = None,
+        **options: Any,
+    ) -> dict[str, Any]:
+        """The program's outputs on `device` vs the golden model and onnxruntime or TFLite Micro."""
+        from tinyc.targets.opencl import validate_opencl
+
+        return validate_opencl(out, load_inputs(data, "data file"), device, labels, against, raw=raw, output=output)
 
 
 class _BoardBased(Target):
@@ -179,11 +240,15 @@ def get_target(
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
     board_def = load_mcu_board(board, board_dir)
     if board_def is not None:
+        if format in PACKAGE_FORMATS:
+            from tinyc.targets.packages import PackageTarget
+
+            return PackageTarget(format, board_def)
         return LibraryTarget(board_def) if format == "library" else BoardTarget(board_def)
     if target not in TARGETS:
         raise UsageError(f"unknown target '{target}' (available: {', '.join(TARGETS)}; or --board NAME)")
     if format != "project":
-        raise UsageError("--format library needs --board (the library is built with the board's toolchain)")
+        raise UsageError(f"--format {format} needs --board (it is built with the board's toolchain)")
     return HostTarget(cflags) if target == "host" else TARGETS[target]()
 
 
@@ -208,4 +273,8 @@ def project_target(project_dir: str | os.PathLike) -> Target:
         return BoardTarget(load_project_board(out))
     if manifest.get("format") == "library":
         return LibraryTarget({"name": str(manifest.get("board", ""))})  # its board only builds it
+    if manifest.get("format") in PACKAGE_FORMATS:
+        from tinyc.targets.packages import PackageTarget
+
+        return PackageTarget(str(manifest["format"]), {"name": str(manifest.get("board", ""))})
     return HostTarget()
