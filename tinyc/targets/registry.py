@@ -21,6 +21,17 @@ from tinyc.targets.packages.layout import PACKAGE_FORMATS
 FORMATS = ("project", "library", *PACKAGE_FORMATS)
 
 
+def _first_sample(out: Path, inputs: Any) -> Any:
+    """A profile's one input: the first sample of `inputs`, checked against the folder's manifest
+    (None: the target profiles on zeros)."""
+    from tinyc.codegen.manifest import load_manifest
+    from tinyc.quantize.feeds import prepare_feeds
+
+    if inputs is None:
+        return None
+    return prepare_feeds(load_manifest(Path(out)), load_inputs(inputs)).model(0)
+
+
 class HostTarget(Target):
     """C for this machine: a CMake project building a shared library and a CLI runner."""
 
@@ -53,15 +64,10 @@ class HostTarget(Target):
         **options: Any,
     ) -> dict[str, Any]:
         """Median nanoseconds per code layer (`<prefix>_run_layer`) over `repeat` runs, in-process."""
-        from tinyc.codegen.manifest import load_manifest
-        from tinyc.quantize.feeds import prepare_feeds
         from tinyc.targets.host_profile import profile_host
 
         refuse_device(device)
-        feeds = None
-        if inputs is not None:
-            feeds = prepare_feeds(load_manifest(Path(out)), load_inputs(inputs)).model(0)
-        return profile_host(out, feeds, repeat=repeat)
+        return profile_host(out, _first_sample(out, inputs), repeat=repeat)
 
     def validate(
         self,
@@ -116,14 +122,9 @@ class OpenCLTarget(Target):
         **options: Any,
     ) -> dict[str, Any]:
         """Per-kernel device nanoseconds on `device` (median of `repeat` inferences)."""
-        from tinyc.codegen.manifest import load_manifest
-        from tinyc.quantize.feeds import prepare_feeds
         from tinyc.targets.opencl_profile import profile_opencl
 
-        feeds = None
-        if inputs is not None:
-            feeds = prepare_feeds(load_manifest(Path(out)), load_inputs(inputs)).model(0)
-        return profile_opencl(out, feeds, device=device, repeat=repeat)
+        return profile_opencl(out, _first_sample(out, inputs), device=device, repeat=repeat)
 
     def validate(
         self,
