@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 from collections.abc import Mapping
@@ -489,7 +488,9 @@ def build_board_project(
         shutil.rmtree(build_dir)  # configured for another board (or the host): another compiler
     build_dir.mkdir(parents=True, exist_ok=True)
     board_stamp.write_text(board["name"])
-    show = sys.stderr.isatty() if progress is None else progress
+    from tinyc.progress import note, on_terminal
+
+    show = on_terminal() if progress is None else progress
     cmds = [
         [
             "cmake",
@@ -505,7 +506,7 @@ def build_board_project(
     log = ""
     for step, cmd in zip(("configuring", "building"), cmds):
         if show:
-            print(f"tinyc: {step} firmware for {board['name']} in {build_dir}", file=sys.stderr)
+            note(f"tinyc: {step} firmware for {board['name']} in {build_dir}")  # silenced by -q
         log += _run(cmd, board, out, what)
     sizes = elf_sizes(size_tool, elf)
     fpu = board["cpu"]["fpu"] != "none" or bool(board["cpu"]["mve"])
