@@ -16,6 +16,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,8 +39,13 @@ HEAP = {"malloc", "free", "calloc", "realloc", "_malloc_r", "_free_r"}
 
 
 def _tool(name: str, install: str) -> str:
-    """The validator's path; outside CI a missing one skips (CI installs it: .ci/install.sh)."""
-    path = shutil.which(name)
+    """The validator's path; outside CI a missing one skips (CI installs it: .ci/install.sh).
+
+    The validators are pip packages, so their scripts sit beside the interpreter running the
+    tests (the virtual environment's bin/), which is not on PATH when the suite is started as
+    `.venv/bin/python -m pytest` without activating the environment (as .ci/test.sh does).
+    """
+    path = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
     if path is None:
         if os.environ.get("CI"):
             pytest.fail(f"{name} is not installed in CI ({install}: .ci/install.sh must provide it)")
