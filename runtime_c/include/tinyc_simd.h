@@ -23,6 +23,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "tinyc_q.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -379,6 +381,250 @@ TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmla_s32(tinyc_s32x4 acc, tinyc_s32x4 a, tin
         r.v[i] = tinyc_simd_wrap((int64_t)acc.v[i] + (int64_t)a.v[i] * b.v[i]);
     }
     return r;
+#endif
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* Helium (MVE): requantization of 4 int32 lanes (VQDMULH / VQRDMULH, VSHL / VRSHL) and the      */
+/* narrowing int8 stores (VSTRB.32, scatter). Lane for lane equal to the scalar tinyc_q.h forms. */
+/* ------------------------------------------------------------------------------------------- */
+
+#if TINYC_HAVE_MVE
+typedef uint32x4_t tinyc_u32x4;
+#else
+typedef struct { uint32_t v[4]; } tinyc_u32x4;
+#endif
+
+/* VDUP.32: x in all 4 lanes. */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vdup_s32(int32_t x)
+{
+#if TINYC_HAVE_MVE
+    return vdupq_n_s32(x);
+#else
+    tinyc_s32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        r.v[i] = x;
+    }
+    return r;
+#endif
+}
+
+/* The vector (a, b, c, d): four scalar accumulators into one register (two VMOVs on MVE). */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vset4_s32(int32_t a, int32_t b, int32_t c, int32_t d)
+{
+#if TINYC_HAVE_MVE
+    const int32x4_t r = {a, b, c, d};
+    return r;
+#else
+    tinyc_s32x4 r;
+    r.v[0] = a;
+    r.v[1] = b;
+    r.v[2] = c;
+    r.v[3] = d;
+    return r;
+#endif
+}
+
+/* The unsigned vector (a, b, c, d): scatter offsets. */
+TINYC_SIMD_INLINE tinyc_u32x4 tinyc_vset4_u32(uint32_t a, uint32_t b, uint32_t c, uint32_t d)
+{
+#if TINYC_HAVE_MVE
+    const uint32x4_t r = {a, b, c, d};
+    return r;
+#else
+    tinyc_u32x4 r;
+    r.v[0] = a;
+    r.v[1] = b;
+    r.v[2] = c;
+    r.v[3] = d;
+    return r;
+#endif
+}
+
+/* VADD.I32 per lane, modulo 2^32. */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vadd_s32(tinyc_s32x4 a, tinyc_s32x4 b)
+{
+#if TINYC_HAVE_MVE
+    return vaddq_s32(a, b);
+#else
+    tinyc_s32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        r.v[i] = tinyc_simd_wrap((int64_t)a.v[i] + b.v[i]);
+    }
+    return r;
+#endif
+}
+
+/* tinyc_q_mbqm_r per lane (TFLite's MultiplyByQuantizedMultiplier, multiplier in [0, 2^31),
+ * right shift r = -nrsh in [0, 31]): VQRDMULH is srdhm exactly (no saturation: mul >= 0), then
+ * rounding_divide_by_pot, which rounds half away from zero, as VRSHL (half up) after subtracting
+ * 1 from negative lanes that shift (the sign of h & nrsh; VQADD keeps INT32_MIN, same result). */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmbqm_r(tinyc_s32x4 acc, tinyc_s32x4 mul, tinyc_s32x4 nrsh)
+{
+#if TINYC_HAVE_MVE
+    const int32x4_t h = vqrdmulhq_s32(acc, mul);
+    const int32x4_t fix = vshrq_n_s32(vandq_s32(h, nrsh), 31);
+    return vrshlq_s32(vqaddq_s32(h, fix), nrsh);
+#else
+    tinyc_s32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        r.v[i] = tinyc_q_mbqm_r(acc.v[i], mul.v[i], -nrsh.v[i]);
+    }
+    return r;
+#endif
+}
+
+/* tinyc_q_mbqm_even_r per lane (one rounding of acc * mul / 2^(31 + r), half to even), for
+ * multipliers in [0, 2^31) and 1 <= r = -nrsh <= 30; mask = 2^r - 1, hm1 = 2^(r-1) - 1 per lane
+ * (compile-time tables). t = floor(p / 2^31) is VQDMULH, p's low word VMUL; q = t >> r; the
+ * result is q + ((t & mask) + hm1 + ((q & 1) | (rem != 0))) >> r with rem = p mod 2^31 (the
+ * derivation is tinyc_q_mbqm_even_r's in tinyc_q.h: the same sum, without a 64-bit shift). */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmbqm_even_r(tinyc_s32x4 acc, tinyc_s32x4 mul, tinyc_s32x4 nrsh,
+                                                  tinyc_s32x4 mask, tinyc_s32x4 hm1)
+{
+#if TINYC_HAVE_MVE
+    const int32x4_t t = vqdmulhq_s32(acc, mul);
+    const uint32x4_t lo = vreinterpretq_u32_s32(vmulq_s32(acc, mul));
+    const int32x4_t q = vshlq_s32(t, nrsh);
+    const int32x4_t nz = vreinterpretq_s32_u32(vminq_u32(vshlq_n_u32(lo, 1), vdupq_n_u32(1)));
+    const int32x4_t bump = vorrq_s32(vandq_s32(q, vdupq_n_s32(1)), nz);
+    const int32x4_t low = vaddq_s32(vaddq_s32(vandq_s32(t, mask), hm1), bump);
+    return vaddq_s32(q, vshlq_s32(low, nrsh));
+#else
+    tinyc_s32x4 r;
+    int i;
+    (void)mask;
+    (void)hm1;
+    for (i = 0; i < 4; ++i) {
+        r.v[i] = tinyc_q_mbqm_even_r(acc.v[i], mul.v[i], -nrsh.v[i]);
+    }
+    return r;
+#endif
+}
+
+/* clamp(v, lo, hi) + zp per lane (VMAX, VMIN, VADD): the output stage after the requantization. */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vclamp_add(tinyc_s32x4 v, int32_t lo, int32_t hi, int32_t zp)
+{
+#if TINYC_HAVE_MVE
+    return vaddq_n_s32(vminq_s32(vmaxq_s32(v, vdupq_n_s32(lo)), vdupq_n_s32(hi)), zp);
+#else
+    tinyc_s32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        r.v[i] = (v.v[i] < lo ? lo : (v.v[i] > hi ? hi : v.v[i])) + zp;
+    }
+    return r;
+#endif
+}
+
+/* VSTRB.32: the low byte of each lane to p[0..3] (values already in the int8 / uint8 range);
+ * _p: only the lanes active in m (VCTP.32). */
+TINYC_SIMD_INLINE void tinyc_vst_s32_s8(int8_t *p, tinyc_s32x4 v)
+{
+#if TINYC_HAVE_MVE
+    vstrbq_s32(p, v);
+#else
+    int i;
+    for (i = 0; i < 4; ++i) {
+        p[i] = (int8_t)v.v[i];
+    }
+#endif
+}
+
+TINYC_SIMD_INLINE void tinyc_vst_s32_s8_p(int8_t *p, tinyc_s32x4 v, tinyc_pred16 m)
+{
+#if TINYC_HAVE_MVE
+    vstrbq_p_s32(p, v, m);
+#else
+    int i;
+    for (i = 0; i < 4; ++i) {
+        if ((m >> (4 * i)) & 1u) {
+            p[i] = (int8_t)v.v[i];
+        }
+    }
+#endif
+}
+
+TINYC_SIMD_INLINE void tinyc_vst_s32_u8(uint8_t *p, tinyc_s32x4 v)
+{
+#if TINYC_HAVE_MVE
+    vstrbq_u32(p, vreinterpretq_u32_s32(v));
+#else
+    int i;
+    for (i = 0; i < 4; ++i) {
+        p[i] = (uint8_t)v.v[i];
+    }
+#endif
+}
+
+TINYC_SIMD_INLINE void tinyc_vst_s32_u8_p(uint8_t *p, tinyc_s32x4 v, tinyc_pred16 m)
+{
+#if TINYC_HAVE_MVE
+    vstrbq_p_u32(p, vreinterpretq_u32_s32(v), m);
+#else
+    int i;
+    for (i = 0; i < 4; ++i) {
+        if ((m >> (4 * i)) & 1u) {
+            p[i] = (uint8_t)v.v[i];
+        }
+    }
+#endif
+}
+
+/* VSTRB.32 scatter: the low byte of lane i to base[off[i]] (4 pixels of one channel: off = j * OC);
+ * _p: only the active lanes. */
+TINYC_SIMD_INLINE void tinyc_vscatter_s32_s8(int8_t *base, tinyc_u32x4 off, tinyc_s32x4 v)
+{
+#if TINYC_HAVE_MVE
+    vstrbq_scatter_offset_s32(base, off, v);
+#else
+    int i;
+    for (i = 0; i < 4; ++i) {
+        base[off.v[i]] = (int8_t)v.v[i];
+    }
+#endif
+}
+
+TINYC_SIMD_INLINE void tinyc_vscatter_s32_s8_p(int8_t *base, tinyc_u32x4 off, tinyc_s32x4 v, tinyc_pred16 m)
+{
+#if TINYC_HAVE_MVE
+    vstrbq_scatter_offset_p_s32(base, off, v, m);
+#else
+    int i;
+    for (i = 0; i < 4; ++i) {
+        if ((m >> (4 * i)) & 1u) {
+            base[off.v[i]] = (int8_t)v.v[i];
+        }
+    }
+#endif
+}
+
+TINYC_SIMD_INLINE void tinyc_vscatter_s32_u8(uint8_t *base, tinyc_u32x4 off, tinyc_s32x4 v)
+{
+#if TINYC_HAVE_MVE
+    vstrbq_scatter_offset_u32(base, off, vreinterpretq_u32_s32(v));
+#else
+    int i;
+    for (i = 0; i < 4; ++i) {
+        base[off.v[i]] = (uint8_t)v.v[i];
+    }
+#endif
+}
+
+TINYC_SIMD_INLINE void tinyc_vscatter_s32_u8_p(uint8_t *base, tinyc_u32x4 off, tinyc_s32x4 v, tinyc_pred16 m)
+{
+#if TINYC_HAVE_MVE
+    vstrbq_scatter_offset_p_u32(base, off, vreinterpretq_u32_s32(v), m);
+#else
+    int i;
+    for (i = 0; i < 4; ++i) {
+        if ((m >> (4 * i)) & 1u) {
+            base[off.v[i]] = (uint8_t)v.v[i];
+        }
+    }
 #endif
 }
 
