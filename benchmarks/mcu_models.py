@@ -9,8 +9,9 @@ the serial harness, RUN once, and check the output equals the golden model bit f
 
 Counts are QEMU instruction counts (``-icount shift=7,sleep=off``: SysTick advances with executed
 instructions, so they are deterministic), not cycles — the same counting as the TFLite Micro +
-CMSIS-NN figures in ../shared/NOTES.md (Cortex-M4, mps2-an386), which this prints as ratios
-(tinyc / TFLite Micro: below 1 is better). Their flash is the whole TFLite Micro firmware; ours is
+CMSIS-NN figures in ../shared/NOTES.md (Cortex-M4 mps2-an386 and Cortex-M55 mps3-an547), which this
+prints as ratios (tinyc / TFLite Micro: below 1 is better) next to issue 19's goals (tuned <= 0.75x on
+both boards; default schedules <= 0.9x on the M4, <= 1.0x on the M55). Their flash is the whole TFLite Micro firmware; ours is
 the whole tinyc firmware (model, weights, runtime, harness, startup).
 
     python benchmarks/mcu_models.py [--models digits mlperf_kws_dscnn] [--boards mps2-an386 mps3-an547]
@@ -38,6 +39,14 @@ OUT = HERE / "results" / "mcu_models.json"
 #: bytes, whole-firmware flash bytes.
 TFLM_M4 = {"mlperf_kws_dscnn": (7.85e6, 22.8e3, 167e3), "mlperf_vww_mobilenetv1_025": (24.7e6, 100.7e3, 447e3),
            "mlperf_ic_resnet8": (29.9e6, 55.0e3, 211e3), "mlperf_ad_fc_autoencoder": (0.58e6, 2.6e3, 330e3)}
+#: TFLite Micro + CMSIS-NN (Helium kernels) on mps3-an547, same counting (../shared/NOTES.md):
+#: instructions, arena bytes used (whole-firmware flash was not recorded there).
+TFLM_M55 = {"mlperf_kws_dscnn": (1.79e6, 27.3e3), "mlperf_vww_mobilenetv1_025": (6.44e6, 100.8e3),
+            "mlperf_ic_resnet8": (4.81e6, 55.0e3), "mlperf_ad_fc_autoencoder": (0.150e6, 9.3e3)}
+#: the TFLite Micro reference per board
+TFLM_BY_BOARD = {"mps2-an386": TFLM_M4, "mps3-an547": TFLM_M55}
+#: issue 19's goals as ratios to TFLite Micro + CMSIS-NN: (default schedules, tuned)
+GOALS = {"mps2-an386": (0.9, 0.75), "mps3-an547": (1.0, 0.75)}
 
 
 def model_and_data(name: str, work: Path) -> tuple[Path, dict, dict]:
@@ -88,24 +97,38 @@ def measure(name: str, board: str, work: Path, tuning_log: Path | None = None) -
         ti, ta, tf = TFLM_M4[name]
         row.update(tflm_m4_instructions=ti, tflm_arena_bytes=ta, tflm_flash_bytes=tf,
                    arena_ratio_vs_tflm=r["arena_bytes"] / ta, flash_ratio_vs_tflm=r["flash_bytes"] / tf)
-        if board == "mps2-an386":
-            row["instructions_ratio_vs_tflm_cmsis"] = instr / ti
+    ref = TFLM_BY_BOARD.get(board, {}).get(name)
+    if ref is not None:
+        goal = GOALS[board][1 if tuning_log else 0]
+        row.update(tflm_instructions=ref[0], instructions_ratio_vs_tflm_cmsis=instr / ref[0], goal_ratio=goal,
+                   meets_goal=bool(instr / ref[0] <= goal))
+        if board == "mps3-an547":
+            row.update(tflm_arena_bytes=ref[1], arena_ratio_vs_tflm=r["arena_bytes"] / ref[1])
+            row.pop("flash_ratio_vs_tflm", None)
     return row
+
+
+def goal(row: dict) -> str:
+    """'ok' / 'MISS' against the row's goal ratio, '-' where there is no TFLite Micro reference."""
+    if "goal_ratio" not in row:
+        return "-"
+    return "ok" if row["meets_goal"] else "MISS"
 
 
 def table(rows: list[dict]) -> str:
     head = (f"{'model':<28} {'board':<11} {'sched':<7} {'instr':>12} {'MAC/instr':>9} {'arena':>9} {'flash':>9} {'stack':>6} "
-            f"{'exact':>5} {'instr/TFLM':>10} {'arena/TFLM':>10} {'flash/TFLM':>10}")
+            f"{'exact':>5} {'instr/TFLM':>10} {'goal':>5} {'arena/TFLM':>10} {'flash/TFLM':>10}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        def ratio(k: str) -> str:
+        def ratio(k: str, r: dict = r) -> str:
             return f"{r[k]:.2f}" if k in r else "-"
         lines.append(f"{r['model']:<28} {r['board']:<11} {r.get('schedule', 'default'):<7} {r['instructions']:>12,} {r['macs_per_instruction']:>9.3f} "
                      f"{r['arena_bytes']:>9,} {r['flash_bytes']:>9,} {r['stack_bytes']:>6,} "
                      f"{'yes' if r['bit_exact_vs_golden'] else 'NO':>5} {ratio('instructions_ratio_vs_tflm_cmsis'):>10} "
-                     f"{ratio('arena_ratio_vs_tflm'):>10} {ratio('flash_ratio_vs_tflm'):>10}")
-    lines.append("instructions: QEMU icount instruction counts (not cycles); TFLM = TFLite Micro + CMSIS-NN on "
-                 "mps2-an386 (../shared/NOTES.md), ratios tinyc / TFLM")
+                     f"{goal(r):>5} {ratio('arena_ratio_vs_tflm'):>10} {ratio('flash_ratio_vs_tflm'):>10}")
+    lines.append("instructions: QEMU icount instruction counts (not cycles); TFLM = TFLite Micro + CMSIS-NN on the same "
+                 "board (../shared/NOTES.md: mps2-an386 and mps3-an547), ratios tinyc / TFLM; goal: issue 19's "
+                 "ratio for the row (met: 'ok', missed: 'MISS'); the M55 TFLM flash was not recorded")
     return "\n".join(lines)
 
 
@@ -134,7 +157,7 @@ def main() -> int:
                 rows.append(measure(name, board, work, merged))
     print(table(rows))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"rows": rows, "tflm_m4": TFLM_M4}, indent=2) + "\n")
+    Path(args.json).write_text(json.dumps({"rows": rows, "tflm_m4": TFLM_M4, "tflm_m55": TFLM_M55, "goals": GOALS}, indent=2) + "\n")
     print(f"wrote {args.json}")
     return 0 if all(r["bit_exact_vs_golden"] for r in rows) else 1
 
