@@ -11,7 +11,10 @@ needed to come within 5% of the best total either found. The cost model's rank c
 (Spearman) is measured on held-out candidates: a model fit on the guided run's records predicts
 the random run's candidates (an unbiased sample of the space it never saw).
 
-    python benchmarks/tuning.py [--models digits mlperf_kws_dscnn] [--boards mps2-an386 mps3-an547] [--trials 48]
+    python benchmarks/tuning.py [--models digits kws] [--boards mps2-an386 mps3-an547] [--trials 48]
+
+Also per run: seconds per measured candidate, all-in and per step (generate, compile, link, flash,
+measure, other), with the objects compiled and found in the cache (tinyc.tune.objects).
 
 The logs are reused by ``benchmarks/mcu_models.py --tuning-logs results/tuning_logs`` for the tuned rows.
 """
@@ -60,7 +63,14 @@ def held_out_spearman(guided_log: Path, random_log: Path, board: str) -> float:
     return float(spearman(CostModel().fit(train), test))
 
 
-def run(name: str, board: str, trials: int, batch: int, work: Path) -> dict:
+#: short names accepted by --models
+ALIASES = {"kws": "mlperf_kws_dscnn", "vww": "mlperf_vww_mobilenetv1_025", "ic": "mlperf_ic_resnet8",
+           "resnet8": "mlperf_ic_resnet8", "ad": "mlperf_ad_fc_autoencoder"}
+#: the steps of a batch, per measured candidate (tinyc.tune.tuner.TuneResult.breakdown)
+STEPS = ("generate_s", "compile_s", "link_s", "flash_s", "run_s", "other_s", "compile_cpu_s")
+
+
+def run(name: str, board: str, trials: int, batch: int, work: Path, fast_build: bool = True) -> dict:
     from tinyc.tune.tuner import tune
     model, opts, _ = model_and_data(name, work)
     row: dict = {"model": name, "board": board, "trials": trials}
@@ -71,13 +81,19 @@ def run(name: str, board: str, trials: int, batch: int, work: Path) -> dict:
             log.unlink()
         t0 = time.perf_counter()
         res = tune(model, board, trials=trials, log=log, search=search, batch_size=batch,
-                   work_dir=work / f"{name}_{board}_{search}", progress=False, **opts)
+                   work_dir=work / f"{name}_{board}_{search}", progress=False, fast_build=fast_build, **opts)
         results[search] = res
         row[KEYS[search]] = {"default_total": res.default_total, "tuned_total": res.tuned_total,
                        "speedup": res.default_total / res.tuned_total if res.tuned_total else None,
                        "builds": res.builds, "wall_s": round(time.perf_counter() - t0, 1),
                        "s_per_candidate": round(res.seconds_per_candidate, 3),
                        "measure_s_per_candidate": round(res.measure_s / max(1, res.trials), 3),
+                       # all-in and per step, per measured candidate (the defaults of round 0 included)
+                       "measured": res.measured_all,
+                       "s_per_measured": round(res.breakdown["all_in_s"], 4),
+                       "breakdown_s_per_measured": {k: round(res.breakdown[k], 4) for k in STEPS},
+                       "objects_compiled": int(res.times.get("compiled", 0)),
+                       "objects_cached": int(res.times.get("cached", 0)),
                        "failures": res.failures,
                        "layers": [{"layers": t.layers, "macs": t.macs, "default": t.default_cycles,
                                    "tuned": t.best_cycles, "knobs": t.best_knobs,
@@ -109,6 +125,25 @@ def table(rows: list[dict]) -> str:
                      f"{fmt(rd['trials_to_95pct_of_best']):>8} {r['spearman_held_out']:>8.2f}")
     lines.append("counts: QEMU instruction counts of the tuned layers (deterministic); default = untuned heuristic; "
                  "95%: trials until within 5% of the best total either search found")
+    lines.append("")
+    head = (f"{'model':<28} {'board':<11} {'search':<7} {'meas':>5} {'builds':>6} {'all-in':>7} {'generate':>8} "
+            f"{'compile':>8} {'link':>6} {'flash':>6} {'measure':>7} {'other':>6} {'cc cpu':>6} {'objs':>9}")
+    lines += [head, "-" * len(head)]
+    for r in rows:
+        for key in KEYS.values():
+            m = r[key]
+            b = m["breakdown_s_per_measured"]
+            lines.append(f"{r['model']:<28} {r['board']:<11} {key:<7} {m['measured']:>5} {m['builds']:>6} "
+                         f"{m['s_per_measured']:>7.3f} {b['generate_s']:>8.3f} {b['compile_s']:>8.3f} "
+                         f"{b['link_s']:>6.3f} {b['flash_s']:>6.3f} {b['run_s']:>7.3f} {b['other_s']:>6.3f} "
+                         f"{b['compile_cpu_s']:>6.3f} "
+                         f"{m['objects_compiled']:>4}/{m['objects_cached']:<4}")
+    lines.append("seconds per measured candidate (defaults included): all-in = wall time of the run / measurements; "
+                 "generate = batch C code, compile = objects (on all cores), link, flash = emulator start + input "
+                 "upload (none when baked in), measure = running and checking candidates, other = preparing the "
+                 "model, golden run, proposing, refitting, logging; cc cpu = CPU seconds of the compilers and "
+                 "linker (not wall: what the machine's load does not change); objs = objects compiled/found in "
+                 "the cache")
     return "\n".join(lines)
 
 
@@ -119,18 +154,22 @@ def main() -> int:
     ap.add_argument("--boards", nargs="+", default=["mps2-an386", "mps3-an547"])
     ap.add_argument("--trials", type=int, default=48)
     ap.add_argument("--batch-size", type=int, default=24)
+    ap.add_argument("--cmake-build", action="store_true",
+                    help="build each batch as one CMake project (the slower way before tinyc.tune.objects)")
+    ap.add_argument("--out", type=Path, default=OUT, help=f"JSON results (default {OUT.relative_to(ROOT)})")
     args = ap.parse_args()
+    args.models = [ALIASES.get(m, m) for m in args.models]
     LOGS.mkdir(parents=True, exist_ok=True)
     rows = []
     from tqdm import tqdm
     with tempfile.TemporaryDirectory(prefix="tinyc-tuning-bench-") as tmp:
         jobs = [(m, b) for m in args.models for b in args.boards]
         for name, board in tqdm(jobs, desc="tuning runs", unit="run"):
-            rows.append(run(name, board, args.trials, args.batch_size, Path(tmp)))
-            OUT.parent.mkdir(parents=True, exist_ok=True)
-            OUT.write_text(json.dumps({"rows": rows}, indent=2, default=float) + "\n")
+            rows.append(run(name, board, args.trials, args.batch_size, Path(tmp), fast_build=not args.cmake_build))
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps({"rows": rows}, indent=2, default=float) + "\n")
     print(table(rows))
-    print(f"wrote {OUT}")
+    print(f"wrote {args.out}")
     return 0
 
 

@@ -153,6 +153,12 @@ def test_board_tuning_is_exact_and_not_slower(tmp_path, digits):
                **_opts(digits))
     print(result_table(res))
     assert res.units == "instructions" and res.trials == 12
+    # the breakdown of a measured candidate's cost, step by step (benchmarks/tuning.py prints it)
+    b = res.breakdown
+    assert set(b) == {"generate_s", "compile_s", "link_s", "flash_s", "run_s", "other_s", "all_in_s", "compile_cpu_s"}
+    assert all(v >= 0 for v in b.values()) and b["compile_s"] > 0 and b["run_s"] > 0
+    assert res.measured_all >= res.trials and res.times["compiled"] > 0
+    assert "per measured candidate" in result_table(res)
     assert res.tuned_total <= res.default_total
     assert all(t.best_cycles is not None and t.best_cycles <= t.default_cycles for t in res.tasks)
     again = tune(DIGITS, "mps2-an386", trials=0, log=log, work_dir=tmp_path / "w2", progress=False, **_opts(digits))
@@ -219,3 +225,110 @@ def test_ram_budget_drops_candidates_whose_scratch_does_not_fit(digits):
         assert len(t.space) + t.dropped_for_memory == len(f.space)
     with pytest.raises(tinyc.errors.UsageError, match="exceeds the RAM budget"):
         tune(DIGITS, None, trials=1, log=digits / "never.jsonl", ram_budget=arena - 1, progress=False, **_opts(digits))
+
+
+# ---------------------------------------------------------------- fast batch builds (tinyc.tune.objects)
+
+
+def _board_batch(d, board="mps2-an386", extra=2):
+    """A batch as the tuner makes it: every task's default plus `extra` other candidates of the first."""
+    from tinyc.pipeline import prepare
+    from tinyc.reference import run_graph
+    from tinyc.schedule import default_schedules
+    from tinyc.targets.registry import load_mcu_board, target_for
+    from tinyc.tune.bench import Candidate, build_batch_graph, candidate_is_buildable
+    from tinyc.tune.tasks import extract_tasks
+    from tinyc.tune.tuner import _sample_input
+
+    board_def = load_mcu_board(board, None)
+    tgt = target_for(board_def, "host")
+    graph, _ = prepare(DIGITS, None, None, "onnx", None, "int8", d / "calib.npz", "minmax", progress=False,
+                       io_dtype="int8")
+    tasks = extract_tasks(graph, tgt.schedule_target, default_schedules(graph, tgt.schedule_target))
+    env = run_graph(graph, _sample_input(graph, d / "calib.npz", 0), keep_all=True)
+    cands = [Candidate(t.key, t.nodes[0], dict(t.default)) for t in tasks]
+    others = [k for k in tasks[0].space if k != tasks[0].default
+              and not candidate_is_buildable(graph, tasks[0].nodes[0], k, tgt.schedule_target)]
+    cands += [Candidate(tasks[0].key, tasks[0].nodes[0], dict(k)) for k in others[:extra]]
+    return board_def, tgt.schedule_target, build_batch_graph(graph, cands, env)
+
+
+@needs_qemu
+def test_fast_build_caches_objects_by_content_and_links_once(tmp_path, digits):
+    """One object per candidate: a second build of the same batch compiles nothing (every object
+    comes from the cache, the ELF is the same bytes); a changed source is compiled again, alone;
+    compiling on one core or on several gives the same firmware."""
+    from tinyc.tune.measure import BoardMeasurer
+    from tinyc.tune.objects import BUILD_INFO, BuildStats, ObjectBuilder
+
+    board, target, batch = _board_batch(digits)
+    m = BoardMeasurer(board, target, tmp_path / "w")
+    p1 = m.prepare(batch, "b0", out=tmp_path / "p1")
+    info = json.loads((p1 / BUILD_INFO).read_text())
+    n = len(batch.candidates)
+    assert info["fast"] and info["split"] and info["baked_inputs"]
+    sources = ObjectBuilder.sources(p1, board, [p.name for p in p1.glob("*.c") if p.name != "main.c"])
+    assert sum(f"tune_cand{j}.c" in sources for j in range(n)) == n
+    assert info["compiled"] == len(sources) and info["cached"] == 0
+    elf1 = (p1 / "build" / "tune.elf").read_bytes()
+    p2 = m.prepare(batch, "b1", out=tmp_path / "p2")  # same content, another folder
+    again = json.loads((p2 / BUILD_INFO).read_text())
+    assert again["compiled"] == 0 and again["cached"] == len(sources)
+    assert (p2 / "build" / "tune.elf").read_bytes() == elf1
+    # a changed candidate source: that object alone is compiled again
+    cand = p2 / "tune_cand1.c"
+    cand.write_text(cand.read_text() + "\nint tune_test_marker(void);\nint tune_test_marker(void) { return 1; }\n")
+    stats = BuildStats()
+    m.objects.build(p2, board, "tune", sources, stats)
+    assert stats.compiled == 1 and stats.cached == len(sources) - 1
+    # serial and parallel compiles of the same project: the same firmware, byte for byte
+    for jobs in (1, 2):
+        ObjectBuilder(tmp_path / f"cache{jobs}", jobs=jobs).build(p1, board, "tune", sources, BuildStats())
+        assert (p1 / "build" / "tune.elf").read_bytes() == elf1
+
+
+@needs_qemu
+def test_fast_build_measures_exactly_like_the_cmake_build(tmp_path, digits):
+    """The batch linked from per-candidate objects, inputs baked in, runs on QEMU: every
+    candidate's output is bit-exact against the golden model (the measurer checks it) and its
+    count is the one-translation-unit CMake build's, give or take the extra call into the
+    candidate's object (a few instructions); the measurer reports flash and run seconds."""
+    from tinyc.tune.measure import BoardMeasurer
+
+    board, target, batch = _board_batch(digits)
+    counts = {}
+    for fast in (True, False):
+        m = BoardMeasurer(board, target, tmp_path / f"w{fast}", fast_build=fast)
+        project = m.prepare(batch, "b", out=tmp_path / f"p{fast}")
+        times: dict = {}
+        res = m.measure(batch, project, lambda _m: None, times=times)
+        assert [r.status for r in res] == ["ok"] * len(batch.candidates), [r.detail for r in res]
+        assert times["flash_s"] > 0 and times["run_s"] > 0
+        counts[fast] = [r.cycles for r in res]
+    for fast, slow in zip(counts[True], counts[False]):
+        assert abs(fast - slow) <= 16, counts
+
+
+@needs_qemu
+def test_batch_too_big_for_the_flash_says_where_to_split(tmp_path, digits):
+    """A batch a little too big for the flash: the build fails as a normal build would (needed vs
+    available bytes) and says how many leading candidates fit, from the candidates' object sizes;
+    the build step hands that split point on to the tuner (which splits there, not in halves)."""
+    from tinyc.tune.measure import BoardMeasurer
+    from tinyc.tune.objects import BatchTooBig
+    from tinyc.tune.steps import BuildFolders, build_image
+
+    board, target, batch = _board_batch(digits, extra=4)
+    p = BoardMeasurer(board, target, tmp_path / "w").prepare(batch, "b", out=tmp_path / "p")
+    size = subprocess.run(["arm-none-eabi-size", "-B", str(p / "build" / "tune.elf")], capture_output=True,
+                          text=True).stdout
+    text, data = (int(v) for v in size.splitlines()[1].split()[:2])
+    baked = sum(np.asarray(v).nbytes for v in batch.inputs.values())
+    # too small with the inputs baked in and without them (the build tries both)
+    small = dict(board, memory=dict(board["memory"], flash_size=text + data - baked - 1024))
+    tight = BoardMeasurer(small, target, tmp_path / "w2")
+    with pytest.raises(BatchTooBig, match="does not fit board") as err:
+        tight.prepare(batch, "b", out=tmp_path / "p2")
+    assert 0 < err.value.fit < len(batch.candidates)
+    failed = build_image(tight, batch, "b", BuildFolders(tmp_path / "f"))
+    assert failed.fit == err.value.fit and "does not fit" in failed.message

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -370,6 +371,10 @@ def test_model_proposals_follow_the_model(trained):
     # the annealing walk (space of 144 > 4 * 8) finds the model's favourites
     greedy = model_proposals(SPACE, measured, 8, model, TASKS[0], M4, np.random.default_rng(0), epsilon=0)
     assert len(set(map(knobs_id, greedy)) & set(top[:8])) >= 6
+    # ranked whole (exhaustive >= the space): exactly the model's favourites
+    whole = model_proposals(SPACE, measured, 8, model, TASKS[0], M4, np.random.default_rng(0), epsilon=0,
+                            exhaustive=4096)
+    assert [knobs_id(k) for k in whole] == top[:8]
     # a small batch ranks the space exhaustively: the model's best first, then epsilon random picks
     tails = set()
     for seed in range(6):
@@ -592,3 +597,100 @@ def test_lost_batches_are_not_measured_but_crashes_are():
         assert log.measured("m4", "conv-a") == {knobs_id({"oc_tile": 4}), knobs_id({"oc_tile": 8})}
         assert log.lost("m4", "conv-a") == [{"oc_tile": 1}, {"oc_tile": 2}]
         assert "lost" in STATUSES and log.best("m4", "conv-a")["cycles"] == 50
+
+
+# ---------------------------------------------------------------- fast batch builds (tinyc.tune.objects)
+
+
+def test_cost_model_fast_matrix_predicts_as_the_pipeline():
+    """predict() vectorizes the features itself (and caches them per candidate): the same numbers
+    as the fitted DictVectorizer + trees pipeline, for seen and unseen candidates alike."""
+    task = conv_task()
+    rng = np.random.default_rng(0)
+    train = [dict(k) for k in SPACE[::3]]
+    model = CostModel(0).fit([(task, k, M4, true_cycles(task, k, rng)) for k in train])
+    items = [(task, k, M4) for k in SPACE] + [(conv_task(C=8), SPACE[0], M55)]
+    want = model._pipeline.predict([candidate_features(t, k, b) for t, k, b in items])
+    from tinyc.tune.cost_model import _log_macs
+    want = want + np.array([_log_macs(t) for t, _, _ in items])
+    got = model.predict(items)
+    assert np.allclose(got, want, rtol=0, atol=1e-12)
+    assert np.array_equal(model.predict(items), got)  # the second time from the feature cache
+
+
+def _generated_batch(n_layers=3, extra=0):
+    """A generated batch (C sources as the tuner's generate_batch makes them) of gemm layers."""
+    import tinyc.tune.bench as bench
+    from tinyc.reference import run_graph
+    from tinyc.schedule import default_schedules
+    from tinyc.tune.tasks import extract_tasks
+
+    graph = _gemm_graph()
+    tasks = extract_tasks(graph, "host", default_schedules(graph, "host"))
+    env = run_graph(graph, {graph.inputs[0]: np.ones(graph.tensor(graph.inputs[0]).shape, np.float32)},
+                    keep_all=True)
+    cands = [bench.Candidate(t.key, t.nodes[0], dict(t.default)) for t in tasks][:n_layers]
+    cands += [bench.Candidate(tasks[0].key, tasks[0].nodes[0], dict(k)) for k in tasks[0].space[1:1 + extra]]
+    batch = bench.build_batch_graph(graph, cands, env)
+    return batch, bench.generate_batch(batch, "host")
+
+
+def test_split_layers_moves_each_kernel_to_its_own_source():
+    from tinyc.tune.objects import split_layers
+
+    batch, gen = _generated_batch(extra=2)
+    n = len(batch.candidates)
+    files = split_layers(gen.files, "tune")
+    assert files is not None
+    main = files["tune.c"]
+    assert not re.search(r"\blayer\d+_\w+\s*\(", main)  # no kernel (nor a call of one) left behind
+    for j in range(n):
+        src = files[f"tune_cand{j}.c"]
+        assert len(re.findall(rf"\blayer{j}_\w+\s*\(", src)) == 3  # its definition and two callers
+        assert f"tune_cand{j}_all(arena);" in main and f"(void)tune_cand{j}(arena);" in main
+        block = src.split("\n\n", 1)[1].split(f"\nvoid tune_cand{j}_all(uint8_t *const arena);")[0]
+        assert block.startswith(f"/* layer {j}: ") and gen.files["tune.c"].count(block) == 1  # verbatim
+    assert set(files) == set(gen.files) | {f"tune_cand{j}.c" for j in range(n)} | {"tune_pch.h"}
+    assert all(files[f"tune_cand{j}.c"].startswith("#include <tune_pch.h>\n") for j in range(n))
+    # a dispatcher that does not look as expected is built as it is
+    assert split_layers({**gen.files, "tune.c": gen.files["tune.c"].replace("/* Layer names:", "/* names:")}) is None
+    assert split_layers({k: v for k, v in gen.files.items() if k != "tune.c"}) is None
+
+
+def test_bake_inputs_puts_the_payload_in_the_image_and_loads_it_before_serving():
+    from tinyc.tune.objects import bake_inputs
+
+    main = ("static const tinyc_harness_io_t harness_inputs[2] = {{0, 0}, {0, 0}};\nint main(void)\n{\n"
+            "    tinyc_port_init();\n    return tinyc_harness_serve(&harness_model);\n}\n")
+    payload = bytes(range(256)) * 3 + b"\x07"
+    new_main, src = bake_inputs(main, payload)
+    assert new_main.index("tune_load_baked_inputs();") < new_main.index("return tinyc_harness_serve")
+    assert f"extern const uint8_t tune_baked_inputs[{len(payload)}];" in new_main
+    body = src.split("= {", 1)[1].split("};", 1)[0]
+    assert bytes(int(v) for v in body.replace("\n", "").split(",")) == payload
+    assert bake_inputs(main, b"") is None  # nothing to bake
+    assert bake_inputs(main.replace("tinyc_harness_serve", "serve"), payload) is None  # not the harness expected
+
+
+def test_remove_stale_keeps_this_batch_only(tmp_path):
+    from tinyc.tune.objects import remove_stale
+
+    for name in ("tune_cand0.c", "tune_cand1.c", "tune_cand12.c", "tune_inputs.c", "tune.c", "main.c"):
+        (tmp_path / name).write_text("")
+    remove_stale(tmp_path, ["tune_cand0.c", "tune_cand1.c", "tune.c"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["main.c", "tune.c", "tune_cand0.c", "tune_cand1.c"]
+
+
+def test_object_cache_trims_the_least_recently_used_half(tmp_path):
+    from tinyc.tune.objects import ObjectBuilder
+
+    b = ObjectBuilder(tmp_path, max_objects=4)
+    for i in range(6):
+        for ext in (".o", ".su", ".ci"):
+            (tmp_path / f"k{i}{ext}").write_text("")
+        os.utime(tmp_path / f"k{i}.o", (1000 + i, 1000 + i))
+    b._trim({"k0"})  # k0 is this build's: kept however old
+    assert sorted(p.name for p in tmp_path.glob("*.o")) == ["k0.o", "k3.o", "k4.o", "k5.o"]
+    assert not any(tmp_path.glob("k1.*")) and not any(tmp_path.glob("k2.*"))
+    b._trim(set())  # at the limit: nothing to do
+    assert len(list(tmp_path.glob("*.o"))) == 4

@@ -38,6 +38,10 @@ def _positive(cycles: Any) -> bool:
     )
 
 
+#: candidate features kept per model (a few spaces' worth); past it the cache starts over
+FEATURE_CACHE = 50_000
+
+
 class CostModel:
     """Gradient-boosted trees over candidate_features, trained on log cycles."""
 
@@ -45,6 +49,9 @@ class CostModel:
         self.seed = seed
         self._pipeline: Any = None
         self._n_samples = 0
+        # candidate_features per (task, board, knobs): a search predicts the same space after
+        # every refit; the task and board objects are kept with their entry, so their ids stay theirs
+        self._features: dict[tuple[int, int, str], tuple[Any, Any, dict[str, float]]] = {}
 
     def _new_pipeline(self) -> Any:
         # imported here: scikit-learn takes over a second to import, and commands that only
@@ -100,9 +107,45 @@ class CostModel:
             return np.zeros(0)
         if self._pipeline is None:
             return np.zeros(len(items))
-        x = [candidate_features(t, k, b) for t, k, b in items]
+        x = self._matrix([self._features_of(t, k, b) for t, k, b in items])
         offset = np.array([_log_macs(t) for t, _, _ in items])
-        return self._pipeline.predict(x) + offset
+        return self._pipeline.named_steps["trees"].predict(x) + offset
+
+    def _features_of(self, task: Mapping, knobs: Mapping, board: Mapping) -> dict[str, float]:
+        from tinyc.tune.log import knobs_id
+
+        key = (
+            id(task),
+            id(board),
+            knobs_id(knobs) + repr(sorted((k, v) for k, v in knobs.items() if str(k)[:1] == "_")),
+        )
+        hit = self._features.get(key)
+        if hit is not None and hit[0] is task and hit[1] is board:
+            return hit[2]
+        f = candidate_features(task, knobs, board)
+        if len(self._features) >= FEATURE_CACHE:
+            self._features.clear()
+        self._features[key] = (task, board, f)
+        return f
+
+    def _matrix(self, rows: Sequence[Mapping[str, float]]) -> np.ndarray:
+        """What the fitted DictVectorizer's transform gives (a dense float64 matrix; features it
+        was not fit on are dropped), without its per-item overhead."""
+        vec = self._pipeline.named_steps["features"]
+        vocab = vec.vocabulary_
+        x = np.zeros((len(rows), len(vec.feature_names_)), dtype=np.float64)
+        ii: list[int] = []
+        jj: list[int] = []
+        vv: list[float] = []
+        for i, row in enumerate(rows):
+            for name, value in row.items():
+                j = vocab.get(name)
+                if j is not None:
+                    ii.append(i)
+                    jj.append(j)
+                    vv.append(value)
+        x[ii, jj] = vv
+        return x
 
 
 def records_to_samples(

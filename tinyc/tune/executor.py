@@ -62,6 +62,7 @@ class Outcome:
     measured: Measured | None = None
     message: str = ""
     measurement: Any = None
+    fit: int = 0  # build_error: how many leading candidates would fit the flash (0: unknown)
 
 
 def measure_view(batch: Batch) -> Batch:
@@ -174,7 +175,7 @@ class LocalExecutor:
         if kind == "error":
             raise value
         if kind == "build_error":
-            return Outcome(job, "build_error", message=value.message)
+            return Outcome(job, "build_error", message=value.message, fit=value.fit)
         measured = value.result()  # raises what the measurement raised
         self.builds += 1
         return Outcome(job, "measured", measured)
@@ -297,7 +298,7 @@ class DaskExecutor:
                 )
             self._finish(job)
             if isinstance(value, BuildFailed):
-                return Outcome(job, "build_error", message=value.message)
+                return Outcome(job, "build_error", message=value.message, fit=getattr(value, "fit", 0))
             self.builds += 1
             return Outcome(job, "measured", value)
 

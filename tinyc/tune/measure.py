@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import threading
+import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,11 +101,15 @@ class BoardMeasurer:
         run_timeout: float = 10.0,
         port: str | None = None,
         lost_board: str = "record",
+        fast_build: bool = True,
     ) -> None:
         """`lost_board`: what two failed session starts in a row mean — "record" (one board: the
         rest of the batch is logged as crashes) or "raise" (a farm: BoardUnavailable, the batch
-        goes to another board)."""
+        goes to another board). `fast_build` (emulated boards): one object per candidate, cached,
+        compiled on every core, one link, the inputs baked in (tinyc.tune.objects); else the
+        CMake project of a normal compile."""
         from tinyc.device.runner import counter_units
+        from tinyc.tune.objects import ObjectBuilder
 
         if lost_board not in ("record", "raise"):
             raise ValueError(f"lost_board must be 'record' or 'raise', got {lost_board!r}")
@@ -114,25 +119,89 @@ class BoardMeasurer:
         self.run_timeout, self.port, self.lost_board = run_timeout, port, lost_board
         self.units = counter_units(self.board).name
         self.builds = 0
+        self.fast_build = bool(fast_build and self.board.get("emulated"))
+        self.objects = ObjectBuilder(self.work_dir / "objects")
+        #: measure() fills the `times` it is given (flash / measure seconds)
+        self.reports_times = True
 
     def prepare(self, batch: Batch, name: str, out: Path | None = None) -> Path:
         """Write and cross-compile the batch firmware into `out` (BuildError when it does not build
         or fit). By default every batch reuses one project folder, `work_dir/candidates`: CMake's
         configuration and the runtime's objects stay built, only the model sources are recompiled;
-        parallel builds pass one folder per builder (tinyc.tune.executor.BuildFolders)."""
+        parallel builds pass one folder per builder (tinyc.tune.executor.BuildFolders). The
+        project's tune_build.json says how long each step took (and whether inputs are baked)."""
         from tinyc.targets.board import build_board_project
+        from tinyc.tune.objects import BUILD_INFO, BuildStats, children_cpu
 
         out = Path(out) if out is not None else self.work_dir / "candidates"
-        write_board_batch(batch, out, self.board, self.target)
-        build_board_project(out, progress=False)
+        if self.fast_build:
+            self._prepare_fast(batch, out)
+        else:
+            stats = BuildStats()
+            t0 = time.perf_counter()
+            write_board_batch(batch, out, self.board, self.target)
+            t1 = time.perf_counter()
+            cpu0 = children_cpu()
+            build_board_project(out, progress=False)
+            stats.generate_s, stats.compile_s = t1 - t0, time.perf_counter() - t1
+            stats.compile_cpu_s = children_cpu() - cpu0
+            (out / BUILD_INFO).write_text(json.dumps(stats.as_dict()) + "\n")
         self.builds += 1
         return out
 
-    def measure(self, batch: Batch, project: Path, on_result: OnResult) -> list[Measurement]:
+    def _prepare_fast(self, batch: Batch, out: Path) -> None:
+        """The batch as one object per candidate, its inputs baked in (tinyc.tune.objects); when
+        the baked inputs do not fit in the flash, built again without them (uploaded instead)."""
+        from tinyc.device.runner import pack_inputs
+        from tinyc.targets.board import write_board_project
+        from tinyc.tune.bench import generate_batch
+        from tinyc.tune.objects import BUILD_INFO, INPUTS_SOURCE, BuildStats, bake_inputs, remove_stale, split_layers
+
+        stats = BuildStats(fast=True)
+        t0 = time.perf_counter()
+        gen = generate_batch(batch, self.target)
+        prefix = gen.manifest["prefix"]
+        split = split_layers(gen.files, prefix)
+        stats.split = split is not None
+        files = split if split is not None else dict(gen.files)
+        payload = pack_inputs(gen.manifest, {s["name"]: batch.inputs[s["name"]] for s in gen.manifest["inputs"]})
+        stats.generate_s = time.perf_counter() - t0
+        for bake in (True, False):
+            t1 = time.perf_counter()
+            write_board_project(out, files, gen.manifest, self.board)
+            keep = list(files)
+            baked = bake_inputs((out / "main.c").read_text(), payload) if bake else None
+            if baked is not None:
+                (out / "main.c").write_text(baked[0])
+                (out / INPUTS_SOURCE).write_text(baked[1])
+                keep.append(INPUTS_SOURCE)
+            remove_stale(out, keep)
+            stats.generate_s += time.perf_counter() - t1
+            stats.baked = baked is not None
+            try:
+                self.objects.build(out, self.board, prefix, self.objects.sources(out, self.board, keep), stats)
+            except BuildError:
+                if baked is None:
+                    raise
+                continue  # (the flash is full: send the inputs over the link instead)
+            break
+        (out / BUILD_INFO).write_text(json.dumps(stats.as_dict()) + "\n")
+
+    def measure(
+        self, batch: Batch, project: Path, on_result: OnResult, times: dict[str, float] | None = None
+    ) -> list[Measurement]:
+        """Every candidate of the batch; `times` gets "flash_s" (starting sessions, uploading the
+        inputs unless the image has them baked in) and "run_s" (running and checking candidates)."""
         from tinyc.device.runner import connect, pack_inputs, _project
+        from tinyc.tune.objects import BUILD_INFO
 
         _, manifest, _ = _project(project)
         payload = pack_inputs(manifest, {s["name"]: batch.inputs[s["name"]] for s in manifest["inputs"]})
+        info_path = Path(project) / BUILD_INFO
+        baked = bool(json.loads(info_path.read_text()).get("baked_inputs")) if info_path.is_file() else False
+        times = times if times is not None else {}
+        times.setdefault("flash_s", 0.0)
+        times.setdefault("run_s", 0.0)
         pending = list(range(len(batch.candidates)))
         results: list[Measurement] = []
         failed_sessions = 0
@@ -147,10 +216,14 @@ class BoardMeasurer:
             on_result(m)
 
         while pending:
+            t_session = time.perf_counter()
             try:
                 with connect(project, self.port, run_timeout=self.run_timeout, progress=False) as dev:
                     failed_sessions = 0
-                    dev.client.write_input(payload)
+                    if not baked:
+                        dev.client.write_input(payload)
+                    t_run = time.perf_counter()
+                    times["flash_s"] += t_run - t_session
                     while pending:
                         j = pending[0]
                         cand = batch.candidates[j]
@@ -165,6 +238,9 @@ class BoardMeasurer:
                             done(Measurement(cand, _failure_kind(exc), detail=str(exc).splitlines()[0][:300]))
                             raise _Restart() from None
                         pending.pop(0)
+                        now = time.perf_counter()
+                        times["run_s"] += now - t_run
+                        t_run = now
                         counts = [dev.units.convert(t) for t in ticks]
                         done(
                             Measurement(
@@ -465,7 +541,7 @@ def measurer_for(target: Target, work_dir: Path, **options: Any) -> Any:
         keep = {k: v for k, v in options.items() if k in ("repeat", "device")}
         return OpenCLMeasurer(work_dir, **keep)
     if isinstance(target, BoardTarget):
-        keep = {k: v for k, v in options.items() if k in ("repeat", "run_timeout", "port", "lost_board")}
+        keep = {k: v for k, v in options.items() if k in ("repeat", "run_timeout", "port", "lost_board", "fast_build")}
         return BoardMeasurer(target.definition, target.schedule_target, work_dir, **keep)
     keep = {k: v for k, v in options.items() if k in ("repeat", "cflags")}
     return HostMeasurer(work_dir, **keep)

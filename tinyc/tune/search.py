@@ -43,6 +43,12 @@ def random_proposals(space: Sequence[Mapping], exclude: set[str], n: int, rng: n
     return [pool[i][1] for i in rng.permutation(len(pool))[:n]]
 
 
+#: spaces up to this many unmeasured candidates (or 4 * n) are ranked whole rather than walked.
+#: 0: the walk's random starting points keep the picks diverse while the model knows little
+#: (ranking whole is exact on the model, but a model fit on a few records is confidently wrong)
+EXHAUSTIVE = 0
+
+
 def _epsilon_count(n: int, epsilon: float) -> int:
     """How many of n proposals are random: ~epsilon*n, at least one once a batch has 4."""
     if epsilon <= 0 or n <= 0:
@@ -147,12 +153,14 @@ def model_proposals(
     rng: np.random.Generator,
     epsilon: float = 0.1,
     anneal_steps: int = 200,
+    exhaustive: int = EXHAUSTIVE,
 ) -> list[dict]:
     """n distinct unmeasured candidates: the model's best-predicted first, then ~epsilon*n random
     ones (at least one when n >= 4 and epsilon > 0). Random while the model is untrained.
 
-    A space of at most 4*n unmeasured candidates is ranked exhaustively; a larger one is walked
-    by simulated annealing and the best-predicted unmeasured points seen are taken.
+    A space of at most max(4*n, `exhaustive`) unmeasured candidates is ranked exhaustively (one
+    prediction call for all of them); a larger one is walked by simulated annealing and the
+    best-predicted unmeasured points seen are taken.
     """
     if n <= 0:
         return []
@@ -166,7 +174,7 @@ def model_proposals(
     n_random = _epsilon_count(n, epsilon)
     by_id = dict(candidates)
     scorer = _Scorer(model, task, board, by_id)
-    if len(unmeasured) <= 4 * n:
+    if len(unmeasured) <= max(4 * n, exhaustive):
         ranked = scorer.rank(unmeasured)
     else:
         _anneal(candidates, scorer, rng, n_walkers=max(8, min(n, 32)), steps=anneal_steps)

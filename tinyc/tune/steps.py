@@ -14,13 +14,14 @@ module, and it imports neither, so the executor and the farm never import each o
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Iterator, Mapping
@@ -43,6 +44,8 @@ class Firmware:
     name: str
     files: dict[str, bytes]
     build_s: float
+    #: the builder's breakdown (tinyc.tune.objects.BuildStats.as_dict: generate/compile/link seconds)
+    build_info: dict[str, Any] = field(default_factory=dict)
 
     @property
     def nbytes(self) -> int:
@@ -55,6 +58,8 @@ class BuildFailed:
 
     name: str
     message: str
+    #: how many leading candidates would fit the flash (tinyc.tune.objects.BatchTooBig), 0: unknown
+    fit: int = 0
 
 
 @dataclass
@@ -65,6 +70,9 @@ class Measured:
     measure_s: float
     where: str = ""  # on a farm: the worker (and port) that measured it
     build_s: float = 0.0
+    #: seconds per step: generate_s, compile_s, link_s (the build), flash_s, run_s (the board),
+    #: plus the objects compiled and found cached
+    times: dict[str, float] = field(default_factory=dict)
 
 
 def pack_project(folder: Path) -> dict[str, bytes]:
@@ -129,9 +137,16 @@ def build_image(measurer: Any, batch: Batch, name: str, folders: BuildFolders) -
         try:
             project = measurer.prepare(batch, name, out=out)
         except BuildError as exc:
-            return BuildFailed(name, str(exc))
+            return BuildFailed(name, str(exc), int(getattr(exc, "fit", 0) or 0))
         files = pack_project(project)
-    return Firmware(name, files, time.perf_counter() - t0)
+    info: dict[str, Any] = {}
+    raw = files.get("tune_build.json")  # (tinyc.tune.objects.BUILD_INFO)
+    if raw is not None:
+        try:
+            info = dict(json.loads(raw))
+        except (ValueError, TypeError):
+            info = {}
+    return Firmware(name, files, time.perf_counter() - t0, info)
 
 
 def measure_image(
@@ -144,12 +159,25 @@ def measure_image(
     scratch.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f"{firmware.name}-", dir=scratch)) / "project"
     t0 = time.perf_counter()
+    times: dict[str, float] = {}
     try:
         unpack_project(firmware.files, folder)
-        results = measurer.measure(batch, folder, on_result or (lambda m: None))
+        if getattr(measurer, "reports_times", False):
+            results = measurer.measure(batch, folder, on_result or (lambda m: None), times=times)
+        else:
+            results = measurer.measure(batch, folder, on_result or (lambda m: None))
     finally:
         shutil.rmtree(folder.parent, ignore_errors=True)
-    return Measured(list(results), time.perf_counter() - t0, build_s=firmware.build_s)
+    measure_s = time.perf_counter() - t0
+    info = firmware.build_info
+    steps = {
+        k: float(info.get(k, 0.0)) for k in ("generate_s", "compile_s", "link_s", "compile_cpu_s", "compiled", "cached")
+    }
+    if "flash_s" not in times:  # a measurer that does not tell: all of it is running candidates
+        times = {"flash_s": 0.0, "run_s": measure_s}
+    else:  # unpacking the firmware and stopping the emulator count as flashing
+        times["flash_s"] = measure_s - times.get("run_s", 0.0)
+    return Measured(list(results), measure_s, build_s=firmware.build_s, times={**steps, **times})
 
 
 @dataclass(frozen=True)

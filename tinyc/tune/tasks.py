@@ -12,12 +12,14 @@ and without candidates whose scratch would push the arena over the RAM budget: t
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import itertools
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
@@ -151,6 +153,32 @@ def schedule_space(node: Node, graph: Graph, target: str) -> list[dict[str, Any]
     return space
 
 
+@contextmanager
+def _defaults_remembered(opdef: Any) -> Iterator[None]:
+    """While the scratch of a whole space is computed: the op's default schedule computed once
+    per (node, target), not once per candidate (an op completes every schedule it is given with
+    its default, a pure function of node, graph and target; it dominated extracting the tasks of
+    a model). Each caller still gets its own copy."""
+    if "default_schedule" in vars(opdef):  # already wrapped (nested), or an instance override
+        yield
+        return
+    original = opdef.default_schedule
+    memo: dict[tuple[int, int, str], tuple[Any, Any, dict[str, Any]]] = {}
+
+    def default_schedule(node: Node, graph: Graph, target: str) -> dict[str, Any]:
+        key = (id(node), id(graph), target)
+        hit = memo.get(key)
+        if hit is None or hit[0] is not node or hit[1] is not graph:
+            hit = memo[key] = (node, graph, original(node, graph, target))
+        return copy.deepcopy(hit[2])
+
+    opdef.default_schedule = default_schedule
+    try:
+        yield
+    finally:
+        del opdef.default_schedule
+
+
 def extract_tasks(
     graph: Graph,
     target: str,
@@ -177,7 +205,8 @@ def extract_tasks(
         space = schedule_space(node, graph, target)
         if default not in space:
             space.insert(0, default)
-        scratch = {knobs_id(c): int(opdef.scratch_bytes(node, graph, c, target)) for c in space}
+        with _defaults_remembered(opdef):
+            scratch = {knobs_id(c): int(opdef.scratch_bytes(node, graph, c, target)) for c in space}
         dropped = 0
         if ram_budget is not None and arena_bytes is not None:
             room = ram_budget - arena_bytes + scratch[knobs_id(default)]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,22 @@ class TuneResult:
     build_s: float = 0.0  # summed over builds (they may overlap)
     executor: str = ""  # where batches ran
     retried: int = 0  # batches submitted again after losing their worker
+    #: summed over batches: generate_s, compile_s, link_s (building), flash_s, run_s (on the board),
+    #: compiled / cached (objects); see tinyc.tune.steps.Measured.times
+    times: dict[str, float] = field(default_factory=dict)
+    measured_all: int = 0  # measurements this run, the defaults of round 0 included
+
+    @property
+    def breakdown(self) -> dict[str, float]:
+        """Seconds per measured candidate (round 0 included) of each step, and of the rest of the
+        run (preparing the model, the golden run, proposing, refitting, logging: "other_s")."""
+        n = max(1, self.measured_all)
+        steps = ("generate_s", "compile_s", "link_s", "flash_s", "run_s")
+        out = {k: self.times.get(k, 0.0) / n for k in steps}
+        out["other_s"] = max(0.0, self.wall_s - sum(self.times.get(k, 0.0) for k in steps)) / n
+        out["all_in_s"] = self.wall_s / n
+        out["compile_cpu_s"] = self.times.get("compile_cpu_s", 0.0) / n  # CPU, not wall: load-independent
+        return out
 
     @property
     def default_total(self) -> float:
@@ -177,6 +194,7 @@ def tune(
     cluster: str | None = None,
     retries: int = 2,
     cluster_timeout: float = 10.0,
+    fast_build: bool = True,
 ) -> TuneResult:
     """Tune `model`'s layers on `board` (None: the host, or with target "opencl" the OpenCL
     `device`, "platform:device", default the first GPU else the first device) with at most
@@ -188,7 +206,9 @@ def tune(
     (see tinyc/tune/farm.py); a batch whose worker is lost is tried `retries` more times, then its
     candidates are logged as "lost" (not measured: the next run over the same log measures them).
     `log` is outside input too: a record whose knobs the op does not offer is skipped, with a
-    warning naming its line."""
+    warning naming its line. `fast_build` (emulated boards): each batch from one cached object per
+    candidate, compiled on every core, inputs baked into the image (tinyc.tune.objects); False:
+    the CMake project a normal compile builds."""
     from tinyc.memory import plan_graph_memory
     from tinyc.pipeline import prepare
     from tinyc.reference import run_graph
@@ -226,6 +246,8 @@ def tune(
         )
     check_log_path(log)  # before the model is prepared: a directory is one clear error, at once
     t_start = time.perf_counter()
+    if search == "model":  # scikit-learn takes seconds to import: meanwhile the model is prepared
+        threading.Thread(target=_import_cost_model, name="tinyc-import-sklearn", daemon=True).start()
     board_def = load_mcu_board(board, board_dir)
     if cluster is not None and board_def is None:
         raise UsageError(f"--cluster measures on microcontroller boards held by farm workers; '{board}' is the host")
@@ -252,7 +274,7 @@ def tune(
         raise UsageError(f"model '{graph.name}' has no tunable layers")
     env = run_graph(graph, _sample_input(graph, calib, seed), keep_all=True)
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="tinyc-tune-"))
-    options: dict[str, Any] = {"port": port, "run_timeout": run_timeout, "device": device}
+    options: dict[str, Any] = {"port": port, "run_timeout": run_timeout, "device": device, "fast_build": fast_build}
     if repeat is not None:
         options["repeat"] = repeat
     measurer = measurer_for(tgt, work, **options)
@@ -368,6 +390,8 @@ class TuningSession:
         if where:
             rec["measured_on"] = where
         self.tlog.append(rec)
+        if m.status not in ("build_error", "lost"):
+            self.result.measured_all += 1
         if m.status != "ok":
             self.result.failures[m.status] = self.result.failures.get(m.status, 0) + 1
 
@@ -420,7 +444,8 @@ class TuningSession:
     def settle(self, out: Any) -> None:
         """Record what the executor finished: one measurement as soon as it exists (this machine's
         executor streams them), or a whole batch — its measurements not yet recorded; or, when it
-        did not build, its halves are submitted (until the failing candidate is alone); or, when
+        did not build, its halves are submitted (until the failing candidate is alone; a batch too
+        big for the flash is split where it stops fitting, when the build says); or, when
         its worker was lost too often, every candidate as "lost" (measured again by a later run)."""
         from tinyc.tune.log import knobs_id
 
@@ -440,7 +465,9 @@ class TuningSession:
             if len(left) == 1:
                 self._record_failure(left[0], "build_error", out.message.splitlines()[0][:300], job.counted)
                 return
-            half = len(left) // 2
+            # where it stops fitting in the flash when the build knows, else in halves
+            fit = int(getattr(out, "fit", 0) or 0)
+            half = fit if 0 < fit < len(left) and len(left) == len(job.batch.candidates) else len(left) // 2
             self.submit([Candidate(c.task_key, c.node, c.knobs) for c in left[:half]], job.counted)
             self.submit([Candidate(c.task_key, c.node, c.knobs) for c in left[half:]], job.counted)
             return
@@ -456,6 +483,8 @@ class TuningSession:
         measured = out.measured
         self.result.measure_s += measured.measure_s
         self.result.build_s += measured.build_s
+        for k, v in (getattr(measured, "times", None) or {}).items():
+            self.result.times[k] = self.result.times.get(k, 0.0) + float(v)
         for m in measured.measurements:
             ident = (m.candidate.task_key, knobs_id(m.candidate.knobs))
             if ident in job.recorded:
@@ -639,6 +668,18 @@ def _make_executor(
     return LocalExecutor(measurer, work, jobs=jobs, slots=slots)
 
 
+def _import_cost_model() -> None:
+    """Import what the cost model's first fit needs, ahead of it (a thread started by `tune`:
+    most of the import waits on the disk and the dynamic loader, while the main thread waits on
+    the model's preparation and round 0's build)."""
+    try:
+        import sklearn.ensemble  # noqa: F401
+        import sklearn.feature_extraction  # noqa: F401
+        import sklearn.pipeline  # noqa: F401
+    except Exception:  # noqa: BLE001  (the fit imports them again and reports what is wrong)
+        pass
+
+
 def _refit(model: Any, tlog: Any) -> None:
     """Fit the cost model on every ok record of the log (all models, all boards: transfer)."""
     from tinyc.tune.cost_model import records_to_samples
@@ -688,6 +729,15 @@ def result_table(res: TuneResult) -> str:
         f"{res.trials} new measurements, {res.builds} firmware builds, {res.wall_s:.1f} s "
         f"({res.seconds_per_candidate:.2f} s per candidate); failures: {res.failures or 'none'}"
     )
+    if res.times:
+        bd = res.breakdown
+        rows.append(
+            f"per measured candidate ({res.measured_all}, defaults included): {bd['all_in_s']:.3f} s = generate "
+            f"{bd['generate_s']:.3f} + compile {bd['compile_s']:.3f} + link {bd['link_s']:.3f} + flash "
+            f"{bd['flash_s']:.3f} + measure {bd['run_s']:.3f} + other {bd['other_s']:.3f} (compiler CPU "
+            f"{bd['compile_cpu_s']:.3f}); objects compiled {res.times.get('compiled', 0):.0f}, cached "
+            f"{res.times.get('cached', 0):.0f}"
+        )
     if res.executor:
         rows.append(
             f"on {res.executor}"
