@@ -628,6 +628,688 @@ TINYC_SIMD_INLINE void tinyc_vscatter_s32_u8_p(uint8_t *base, tinyc_u32x4 off, t
 #endif
 }
 
+/* ------------------------------------------------------------------------------------------- */
+/* DSP dense convolution: helpers of the unrolled SMLAD micro-kernel (simd_dot.j2)                */
+/* ------------------------------------------------------------------------------------------- */
+
+/* Makes the optimizer forget what pointer p holds (no instruction is emitted), so that the loads
+ * of an unrolled micro-kernel stay inside their channel loop: GCC otherwise hoists a pixel's
+ * loop-invariant input words out of it and spills them to the stack (more instructions). */
+#if defined(__GNUC__)
+#define TINYC_SIMD_OPAQUE(p) __asm__("" : "+r"(p))
+#else
+#define TINYC_SIMD_OPAQUE(p) ((void)0)
+#endif
+
+/* n bytes from src to dst (the buffers do not overlap), a 32-bit word at a time (unaligned word
+ * accesses are fine on M3 / M4 / M7 / M55): the im2col gather of the dense kernels. */
+TINYC_SIMD_INLINE void tinyc_simd_copy8(void *dst, const void *src, int32_t n)
+{
+    uint8_t *d = (uint8_t *)dst;
+    const uint8_t *s = (const uint8_t *)src;
+    int32_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        uint32_t v;
+        memcpy(&v, s + i, 4);
+        memcpy(d + i, &v, 4);
+    }
+    for (; i < n; ++i) {
+        d[i] = s[i];
+    }
+}
+
+/* n bytes of value v at dst, a word at a time (the padding taps of the im2col gather). */
+TINYC_SIMD_INLINE void tinyc_simd_fill8(void *dst, uint8_t v, int32_t n)
+{
+    uint8_t *d = (uint8_t *)dst;
+    const uint32_t w = 0x01010101u * v;
+    int32_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        memcpy(d + i, &w, 4);
+    }
+    for (; i < n; ++i) {
+        d[i] = v;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* MVE dense convolution (qconv/mve_dense.j2): im2col copies, the first      VMLADAV of a sum,    */
+/* the requantization with one channel's scalar multiplier / shift for 4 pixels, the int8 clamp. */
+/* ------------------------------------------------------------------------------------------- */
+
+/* VSTRB.8 of 16 int8; _p: only the byte lanes active in m. */
+TINYC_SIMD_INLINE void tinyc_vst_s8(int8_t *p, tinyc_s8x16 v)
+{
+#if TINYC_HAVE_MVE
+    vst1q_s8(p, v);
+#else
+    int i;
+    for (i = 0; i < 16; ++i) {
+        p[i] = v.v[i];
+    }
+#endif
+}
+
+TINYC_SIMD_INLINE void tinyc_vst_s8_p(int8_t *p, tinyc_s8x16 v, tinyc_pred16 m)
+{
+#if TINYC_HAVE_MVE
+    vstrbq_p_s8(p, v, m);
+#else
+    int i;
+    for (i = 0; i < 16; ++i) {
+        if ((m >> i) & 1u) {
+            p[i] = v.v[i];
+        }
+    }
+#endif
+}
+
+/* VMLADAV.S8: the sum of the 16 lane products (no accumulator to initialise). */
+TINYC_SIMD_INLINE int32_t tinyc_vmladav_s8(tinyc_s8x16 a, tinyc_s8x16 b)
+{
+#if TINYC_HAVE_MVE
+    return vmladavq_s8(a, b);
+#else
+    int32_t s = 0;
+    int i;
+    for (i = 0; i < 16; ++i) {
+        s += (int32_t)a.v[i] * b.v[i];
+    }
+    return s;
+#endif
+}
+
+/* VADD.I32 Qd, Qn, Rm: x added to every lane, modulo 2^32. */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vadd_n_s32(tinyc_s32x4 a, int32_t x)
+{
+#if TINYC_HAVE_MVE
+    return vaddq_n_s32(a, x);
+#else
+    tinyc_s32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        r.v[i] = tinyc_simd_wrap((int64_t)a.v[i] + x);
+    }
+    return r;
+#endif
+}
+
+/* tinyc_vmbqm_r with one multiplier and right shift for all lanes, r = -nrsh in [1, 31] (so every
+ * lane shifts: the fix for negative lanes is h >> 31 alone): VQRDMULH Rm, VSHR, VQADD, VRSHL Rm. */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmbqm_r_n(tinyc_s32x4 acc, int32_t mul, int32_t nrsh)
+{
+#if TINYC_HAVE_MVE
+    const int32x4_t h = vqrdmulhq_n_s32(acc, mul);
+    return vrshlq_n_s32(vqaddq_s32(h, vshrq_n_s32(h, 31)), nrsh);
+#else
+    tinyc_s32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        r.v[i] = tinyc_q_mbqm_r(acc.v[i], mul, -nrsh);
+    }
+    return r;
+#endif
+}
+
+/* tinyc_q_mbqm_even_r per lane with one multiplier and shift for all lanes, 1 <= r = -nrsh <= 30.
+ * With p = acc * mul, t = floor(p / 2^31) (VQDMULH) and rem = p mod 2^31 (p's low word VMUL, shifted
+ * left by 1: zero iff rem == 0), half to even of p / 2^(31+r) is floor((t + 2^(r-1) - c) / 2^r),
+ * c = 1 when rem == 0 and bit r of t is 0 (tinyc_q_mbqm_even_r's derivation): VRSHL of t - c.
+ * (t - c cannot wrap: |p| < 2^62 keeps t > INT32_MIN.) 9 vector instructions, no tables. */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmbqm_even_r_s(tinyc_s32x4 acc, int32_t mul, int32_t nrsh)
+{
+#if TINYC_HAVE_MVE
+    const int32x4_t one = vdupq_n_s32(1);
+    const int32x4_t t = vqdmulhq_n_s32(acc, mul);
+    const uint32x4_t lo2 = vshlq_n_u32(vreinterpretq_u32_s32(vmulq_n_s32(acc, mul)), 1);
+    const int32x4_t even = vbicq_s32(one, vshlq_r_s32(t, nrsh));                  /* 1 - bit r of t */
+    const int32x4_t c = vbicq_s32(even, vreinterpretq_s32_u32(vminq_u32(lo2, vdupq_n_u32(1))));
+    return vrshlq_n_s32(vsubq_s32(t, c), nrsh);
+#else
+    tinyc_s32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        r.v[i] = tinyc_q_mbqm_even_r(acc.v[i], mul, -nrsh);
+    }
+    return r;
+#endif
+}
+
+/* tinyc_vmbqm_even_r_s with a multiplier and shift per lane (1 <= r <= 31 in every lane): the MVE
+ * fully connected kernel's 4 output columns (qmatmul/tiled.c.j2). */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmbqm_even_r_v(tinyc_s32x4 acc, tinyc_s32x4 mul, tinyc_s32x4 nrsh)
+{
+#if TINYC_HAVE_MVE
+    const int32x4_t one = vdupq_n_s32(1);
+    const int32x4_t t = vqdmulhq_s32(acc, mul);
+    const uint32x4_t lo2 = vshlq_n_u32(vreinterpretq_u32_s32(vmulq_s32(acc, mul)), 1);
+    const int32x4_t even = vbicq_s32(one, vshlq_s32(t, nrsh));
+    const int32x4_t c = vbicq_s32(even, vreinterpretq_s32_u32(vminq_u32(lo2, vdupq_n_u32(1))));
+    return vrshlq_s32(vsubq_s32(t, c), nrsh);
+#else
+    tinyc_s32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        r.v[i] = tinyc_q_mbqm_even_r(acc.v[i], mul.v[i], -nrsh.v[i]);
+    }
+    return r;
+#endif
+}
+
+/* tinyc_vmbqm_even_r_s with mask = 2^r - 1 and hm1 = 2^(r-1) - 1 passed too (the first form of this
+ * helper needed them; its callers keep the signature, the sums no longer use them). */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmbqm_even_r_n(tinyc_s32x4 acc, int32_t mul, int32_t nrsh, int32_t mask,
+                                                    int32_t hm1)
+{
+    (void)mask;
+    (void)hm1;
+    return tinyc_vmbqm_even_r_s(acc, mul, nrsh);
+}
+
+/* No loads move across it (an empty asm with a memory clobber; no instruction): between the
+ * blocks of an unrolled dot product it keeps GCC from loading every input vector of a channel
+ * first and spilling most of them to the stack (MVE has 8 Q registers). */
+#if defined(__GNUC__)
+#define TINYC_SIMD_LOAD_FENCE() __asm__ __volatile__("" ::: "memory")
+#else
+#define TINYC_SIMD_LOAD_FENCE() ((void)0)
+#endif
+
+/* tinyc_vset4_s32 as the two dual-lane VMOVs (q[2], q[0] <- a, c; q[3], q[1] <- b, d): GCC 12
+ * builds the vector literal through the stack (4 stores + a VLDRW) and vsetq_lane as 4 VMOVs. */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmov4_s32(int32_t a, int32_t b, int32_t c, int32_t d)
+{
+#if TINYC_HAVE_MVE && defined(__GNUC__) && !defined(__clang__)
+    int32x4_t r;
+    __asm__("vmov %q0[2], %q0[0], %1, %3\n\tvmov %q0[3], %q0[1], %2, %4" : "=&w"(r) : "r"(a), "r"(b), "r"(c), "r"(d));
+    return r;
+#elif TINYC_HAVE_MVE
+    return vsetq_lane_s32(d, vsetq_lane_s32(c, vsetq_lane_s32(b, vdupq_n_s32(a), 1), 2), 3);
+#else
+    return tinyc_vset4_s32(a, b, c, d);
+#endif
+}
+
+/* clamp(v + zp, -128, 127) per lane (VQADD Rm, VQSHL #24, VSHR #24: no clamp constants): the
+ * int8 output stage when the activation clamp is the whole int8 range. */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vsat_add_s8(tinyc_s32x4 v, int32_t zp)
+{
+#if TINYC_HAVE_MVE
+    return vshrq_n_s32(vqshlq_n_s32(vqaddq_n_s32(v, zp), 24), 24);
+#else
+    tinyc_s32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        const int64_t s = (int64_t)v.v[i] + zp;
+        r.v[i] = (int32_t)(s < -128 ? -128 : (s > 127 ? 127 : s));
+    }
+    return r;
+#endif
+}
+
+/* clamp(v + zp, 0, 255) per lane (VQADD Rm, VQSHLU #24, VSHR.U32 #24): the same for uint8. */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vsat_add_u8(tinyc_s32x4 v, int32_t zp)
+{
+#if TINYC_HAVE_MVE
+    return vreinterpretq_s32_u32(vshrq_n_u32(vqshluq_n_s32(vqaddq_n_s32(v, zp), 24), 24));
+#else
+    tinyc_s32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        const int64_t s = (int64_t)v.v[i] + zp;
+        r.v[i] = (int32_t)(s < 0 ? 0 : (s > 255 ? 255 : s));
+    }
+    return r;
+#endif
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* int8 elementwise (q_add.c.j2 / q_avgpool.c.j2): the requantization of a sum with one      */
+/* multiplier (SMMLA / VQDMLASH: high word plus a rounding-and-zero-point constant), int8        */
+/* saturation folded into the shift (SSAT / VQSHL #24), table lookups (VLDRW gather).            */
+/* ------------------------------------------------------------------------------------------- */
+
+/* SMMLA: c + floor(a * b / 2^32), modulo 2^32 (the high word of c * 2^32 + a * b). */
+TINYC_SIMD_INLINE int32_t tinyc_smmla(int32_t a, int32_t b, int32_t c)
+{
+#if TINYC_HAVE_DSP && defined(__GNUC__)
+    int32_t r;
+    __asm__("smmla %0, %1, %2, %3" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+#else
+    return tinyc_simd_wrap((int64_t)c + tinyc_q_asr64((int64_t)a * b, 32));
+#endif
+}
+
+/* SMMLAR: c + floor((a * b + 2^31) / 2^32), modulo 2^32 (rounded high word of c * 2^32 + a * b). */
+TINYC_SIMD_INLINE int32_t tinyc_smmlar(int32_t a, int32_t b, int32_t c)
+{
+#if TINYC_HAVE_DSP && defined(__GNUC__)
+    int32_t r;
+    __asm__("smmlar %0, %1, %2, %3" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+#else
+    return tinyc_simd_wrap((int64_t)c + tinyc_q_asr64((int64_t)a * b + ((int64_t)1 << 31), 32));
+#endif
+}
+
+/* SSAT #8: x clamped to [-128, 127] (the compiler folds a preceding arithmetic shift into it).
+ * The builtin rather than ACLE's __ssat macro: one tuning build once rejected the macro's
+ * immediate check (not reproduced); the builtin is the same instruction. */
+TINYC_SIMD_INLINE int32_t tinyc_sat_s8(int32_t x)
+{
+#if TINYC_HAVE_DSP && defined(__GNUC__)
+    return __builtin_arm_ssat(x, 8);
+#else
+    return x < -128 ? -128 : (x > 127 ? 127 : x);
+#endif
+}
+
+/* VLDRB.U32: 4 bytes zero-extended into 32-bit lanes (table indices: the byte of an int8 q is
+ * q mod 256); _z: inactive lanes 0, not read. */
+TINYC_SIMD_INLINE tinyc_u32x4 tinyc_vld_u8_u32(const int8_t *p)
+{
+#if TINYC_HAVE_MVE
+    return vldrbq_u32((const uint8_t *)p);
+#else
+    tinyc_u32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        r.v[i] = (uint8_t)p[i];
+    }
+    return r;
+#endif
+}
+
+TINYC_SIMD_INLINE tinyc_u32x4 tinyc_vld_u8_u32_z(const int8_t *p, tinyc_pred16 m)
+{
+#if TINYC_HAVE_MVE
+    return vldrbq_z_u32((const uint8_t *)p, m);
+#else
+    tinyc_u32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        r.v[i] = ((m >> (4 * i)) & 1u) ? (uint8_t)p[i] : 0u;
+    }
+    return r;
+#endif
+}
+
+/* VLDRW.U32 gather, offsets shifted by 2: base[idx[i]] per lane (a 256-entry table lookup). */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vgather_s32(const int32_t *base, tinyc_u32x4 idx)
+{
+#if TINYC_HAVE_MVE
+    return vldrwq_gather_shifted_offset_s32(base, idx);
+#else
+    tinyc_s32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        r.v[i] = base[idx.v[i]];
+    }
+    return r;
+#endif
+}
+
+/* VMLA.I32 Qda, Qn, Rm: acc + a * s per lane, modulo 2^32. */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmla_n_s32(tinyc_s32x4 acc, tinyc_s32x4 a, int32_t s)
+{
+#if TINYC_HAVE_MVE
+    return vmlaq_n_s32(acc, a, s);
+#else
+    tinyc_s32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        r.v[i] = tinyc_simd_wrap((int64_t)acc.v[i] + (int64_t)a.v[i] * s);
+    }
+    return r;
+#endif
+}
+
+/* VMLAS.I32 Qda, Qn, Rm: a * b + s per lane, modulo 2^32. */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmlas_n_s32(tinyc_s32x4 a, tinyc_s32x4 b, int32_t s)
+{
+#if TINYC_HAVE_MVE
+    return vmlasq_n_s32(a, b, s);
+#else
+    tinyc_s32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        r.v[i] = tinyc_simd_wrap((int64_t)a.v[i] * b.v[i] + s);
+    }
+    return r;
+#endif
+}
+
+/* VQDMLASH.S32 Qda, Qn, Rm: c + floor(2 * a * b / 2^32) = c + floor(a * b / 2^31) per lane,
+ * saturated to int32 (the high word of 2 * a * b + c * 2^32). */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vqdmlash_s32(tinyc_s32x4 a, tinyc_s32x4 b, int32_t c)
+{
+#if TINYC_HAVE_MVE
+    return vqdmlashq_n_s32(a, b, c);
+#else
+    tinyc_s32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        const int64_t s = (int64_t)c + tinyc_q_asr64((int64_t)a.v[i] * b.v[i], 31);
+        r.v[i] = (int32_t)(s > INT32_MAX ? INT32_MAX : (s < INT32_MIN ? INT32_MIN : s));
+    }
+    return r;
+#endif
+}
+
+/* VQRDMLASH.S32 Qda, Qn, Rm: c + floor((2 * a * b + 2^31) / 2^32) per lane (c plus gemmlowp's
+ * srdhm(a, b)), saturated to int32. */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vqrdmlash_s32(tinyc_s32x4 a, tinyc_s32x4 b, int32_t c)
+{
+#if TINYC_HAVE_MVE
+    return vqrdmlashq_n_s32(a, b, c);
+#else
+    tinyc_s32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        const int64_t s = (int64_t)c + tinyc_q_asr64((int64_t)a.v[i] * b.v[i] + ((int64_t)1 << 30), 31);
+        r.v[i] = (int32_t)(s > INT32_MAX ? INT32_MAX : (s < INT32_MIN ? INT32_MIN : s));
+    }
+    return r;
+#endif
+}
+
+/* floor(v / 2^r) clamped to [-128, 127] per lane, 0 <= r <= 24 (VQSHL Rm by 24 - r, VSHR #24:
+ * the saturating left shift clamps exactly where the quotient leaves the int8 range). */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vsat_shr_s8(tinyc_s32x4 v, int32_t r)
+{
+#if TINYC_HAVE_MVE
+    return vshrq_n_s32(vqshlq_r_s32(v, 24 - r), 24);
+#else
+    tinyc_s32x4 o;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        const int32_t q = tinyc_q_asr(v.v[i], (int)r);
+        o.v[i] = q < -128 ? -128 : (q > 127 ? 127 : q);
+    }
+    return o;
+#endif
+}
+
+/* VSHL.S32 Qda, Rm with a negative count: floor(v / 2^r) per lane, 0 <= r <= 31. */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vshr_r_s32(tinyc_s32x4 v, int32_t r)
+{
+#if TINYC_HAVE_MVE
+    return vshlq_r_s32(v, -r);
+#else
+    tinyc_s32x4 o;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        o.v[i] = tinyc_q_asr(v.v[i], (int)r);
+    }
+    return o;
+#endif
+}
+
+/* VMAX / VMIN with a broadcast scalar. */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmax_n_s32(tinyc_s32x4 v, int32_t lo)
+{
+#if TINYC_HAVE_MVE
+    return vmaxq_s32(v, vdupq_n_s32(lo));
+#else
+    tinyc_s32x4 o;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        o.v[i] = v.v[i] < lo ? lo : v.v[i];
+    }
+    return o;
+#endif
+}
+
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmin_n_s32(tinyc_s32x4 v, int32_t hi)
+{
+#if TINYC_HAVE_MVE
+    return vminq_s32(v, vdupq_n_s32(hi));
+#else
+    tinyc_s32x4 o;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        o.v[i] = v.v[i] > hi ? hi : v.v[i];
+    }
+    return o;
+#endif
+}
+/* (end of the int8 elementwise helpers) */
+
+/* ------------------------------------------------------------------------------------------- */
+/* Helium (MVE) depthwise QConv (templates/kernels/qconv/mve_dw.c.j2): 8 int16 lanes  */
+/* (VLDRB.S16 / .U16), widening VMULLB / VMULLT into int32, requantization without ties         */
+/* (VQDMULH + VRSHL), saturating narrowing pairs (VQMOVNB / VQMOVNT), VSTRB.16.                 */
+/* ------------------------------------------------------------------------------------------- */
+
+#if TINYC_HAVE_MVE
+typedef int16x8_t tinyc_s16x8;
+#else
+typedef struct { int16_t v[8]; } tinyc_s16x8;
+#endif
+
+/* VCTP.16 n: the first min(n, 8) halfword lanes active (2 predicate bits each). */
+TINYC_SIMD_INLINE tinyc_pred16 tinyc_vctp16(uint32_t n)
+{
+#if TINYC_HAVE_MVE
+    return vctp16q(n);
+#else
+    return (tinyc_pred16)(n >= 8u ? 0xFFFFu : ((1u << (2u * n)) - 1u));
+#endif
+}
+
+/* VLDRB.S16: 8 int8 sign-extended into int16 lanes; _z: inactive lanes 0, not read. */
+TINYC_SIMD_INLINE tinyc_s16x8 tinyc_vld_s8_s16(const int8_t *p)
+{
+#if TINYC_HAVE_MVE
+    return vldrbq_s16(p);
+#else
+    tinyc_s16x8 r;
+    int i;
+    for (i = 0; i < 8; ++i) {
+        r.v[i] = p[i];
+    }
+    return r;
+#endif
+}
+
+TINYC_SIMD_INLINE tinyc_s16x8 tinyc_vld_s8_s16_z(const int8_t *p, tinyc_pred16 m)
+{
+#if TINYC_HAVE_MVE
+    return vldrbq_z_s16(p, m);
+#else
+    tinyc_s16x8 r;
+    int i;
+    for (i = 0; i < 8; ++i) {
+        r.v[i] = ((m >> (2 * i)) & 1u) ? p[i] : 0;
+    }
+    return r;
+#endif
+}
+
+/* VLDRB.U16: 8 uint8 zero-extended into int16 lanes (0..255); _z: inactive lanes 0, not read. */
+TINYC_SIMD_INLINE tinyc_s16x8 tinyc_vld_u8_s16(const uint8_t *p)
+{
+#if TINYC_HAVE_MVE
+    return vreinterpretq_s16_u16(vldrbq_u16(p));
+#else
+    tinyc_s16x8 r;
+    int i;
+    for (i = 0; i < 8; ++i) {
+        r.v[i] = (int16_t)p[i];
+    }
+    return r;
+#endif
+}
+
+TINYC_SIMD_INLINE tinyc_s16x8 tinyc_vld_u8_s16_z(const uint8_t *p, tinyc_pred16 m)
+{
+#if TINYC_HAVE_MVE
+    return vreinterpretq_s16_u16(vldrbq_z_u16(p, m));
+#else
+    tinyc_s16x8 r;
+    int i;
+    for (i = 0; i < 8; ++i) {
+        r.v[i] = ((m >> (2 * i)) & 1u) ? (int16_t)p[i] : 0;
+    }
+    return r;
+#endif
+}
+
+/* VDUP.16: x in all 8 lanes. */
+TINYC_SIMD_INLINE tinyc_s16x8 tinyc_vdup_s16(int16_t x)
+{
+#if TINYC_HAVE_MVE
+    return vdupq_n_s16(x);
+#else
+    tinyc_s16x8 r;
+    int i;
+    for (i = 0; i < 8; ++i) {
+        r.v[i] = x;
+    }
+    return r;
+#endif
+}
+
+/* VMULLB.S16 / VMULLT.S16: the products of the even (bottom) / odd (top) int16 lanes as int32. */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmullb_s16(tinyc_s16x8 a, tinyc_s16x8 b)
+{
+#if TINYC_HAVE_MVE
+    return vmullbq_int_s16(a, b);
+#else
+    tinyc_s32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        r.v[i] = (int32_t)a.v[2 * i] * b.v[2 * i];
+    }
+    return r;
+#endif
+}
+
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmullt_s16(tinyc_s16x8 a, tinyc_s16x8 b)
+{
+#if TINYC_HAVE_MVE
+    return vmulltq_int_s16(a, b);
+#else
+    tinyc_s32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        r.v[i] = (int32_t)a.v[2 * i + 1] * b.v[2 * i + 1];
+    }
+    return r;
+#endif
+}
+
+/* VQDMULH.S32 then VRSHL.S32 (nrsh = -r per lane, 1 <= r <= 31): floor(acc * mul / 2^31), then
+ * divided by 2^r rounding half up: round(acc * mul / 2^(31 + r)) half up, computed exactly (no
+ * saturation: mul >= 0). Equal to tinyc_q_mbqm_even_r where no tie can occur (the kernel proves
+ * that at compile time, tinyc/ops/_qconv_mve_dw.py). */
+TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmbqm_even_nt(tinyc_s32x4 acc, tinyc_s32x4 mul, tinyc_s32x4 nrsh)
+{
+#if TINYC_HAVE_MVE
+    return vrshlq_s32(vqdmulhq_s32(acc, mul), nrsh);
+#else
+    tinyc_s32x4 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        const int64_t p = (int64_t)acc.v[i] * mul.v[i];
+        const int64_t t = p >= 0 ? (p >> 31) : ~(~p >> 31);
+        const int e = (int)-nrsh.v[i];
+        const int64_t s = t + ((int64_t)1 << (e - 1));
+        r.v[i] = (int32_t)(s >= 0 ? (s >> e) : ~(~s >> e));
+    }
+    return r;
+#endif
+}
+
+/* VQMOVNB.S32 + VQMOVNT.S32: lanes 2i / 2i + 1 = e[i] / o[i] saturated to int16 (the even and odd
+ * channels back in channel order). */
+TINYC_SIMD_INLINE tinyc_s16x8 tinyc_vqmovn_eo_s32(tinyc_s32x4 e, tinyc_s32x4 o)
+{
+#if TINYC_HAVE_MVE
+    return vqmovntq_s32(vqmovnbq_s32(vreinterpretq_s16_s32(e), e), o);
+#else
+    tinyc_s16x8 r;
+    int i;
+    for (i = 0; i < 4; ++i) {
+        r.v[2 * i] = (int16_t)(e.v[i] < -32768 ? -32768 : (e.v[i] > 32767 ? 32767 : e.v[i]));
+        r.v[2 * i + 1] = (int16_t)(o.v[i] < -32768 ? -32768 : (o.v[i] > 32767 ? 32767 : o.v[i]));
+    }
+    return r;
+#endif
+}
+
+/* clamp(v, lo, hi) + zp per int16 lane (VMAX.S16, VMIN.S16, VADD.I16); lo, hi, lo + zp and hi + zp
+ * within int16. */
+TINYC_SIMD_INLINE tinyc_s16x8 tinyc_vclamp_add_s16(tinyc_s16x8 v, int16_t lo, int16_t hi, int16_t zp)
+{
+#if TINYC_HAVE_MVE
+    return vaddq_n_s16(vminq_s16(vmaxq_s16(v, vdupq_n_s16(lo)), vdupq_n_s16(hi)), zp);
+#else
+    tinyc_s16x8 r;
+    int i;
+    for (i = 0; i < 8; ++i) {
+        r.v[i] = (int16_t)((v.v[i] < lo ? lo : (v.v[i] > hi ? hi : v.v[i])) + zp);
+    }
+    return r;
+#endif
+}
+
+/* VSTRB.16: the low byte of each int16 lane to p[0..7] (values already in the int8 / uint8
+ * range); _p: only the lanes active in m (VCTP.16). */
+TINYC_SIMD_INLINE void tinyc_vst_s16_s8(int8_t *p, tinyc_s16x8 v)
+{
+#if TINYC_HAVE_MVE
+    vstrbq_s16(p, v);
+#else
+    int i;
+    for (i = 0; i < 8; ++i) {
+        p[i] = (int8_t)v.v[i];
+    }
+#endif
+}
+
+TINYC_SIMD_INLINE void tinyc_vst_s16_s8_p(int8_t *p, tinyc_s16x8 v, tinyc_pred16 m)
+{
+#if TINYC_HAVE_MVE
+    vstrbq_p_s16(p, v, m);
+#else
+    int i;
+    for (i = 0; i < 8; ++i) {
+        if ((m >> (2 * i)) & 1u) {
+            p[i] = (int8_t)v.v[i];
+        }
+    }
+#endif
+}
+
+TINYC_SIMD_INLINE void tinyc_vst_s16_u8(uint8_t *p, tinyc_s16x8 v)
+{
+#if TINYC_HAVE_MVE
+    vstrbq_u16(p, vreinterpretq_u16_s16(v));
+#else
+    int i;
+    for (i = 0; i < 8; ++i) {
+        p[i] = (uint8_t)v.v[i];
+    }
+#endif
+}
+
+TINYC_SIMD_INLINE void tinyc_vst_s16_u8_p(uint8_t *p, tinyc_s16x8 v, tinyc_pred16 m)
+{
+#if TINYC_HAVE_MVE
+    vstrbq_p_u16(p, vreinterpretq_u16_s16(v), m);
+#else
+    int i;
+    for (i = 0; i < 8; ++i) {
+        if ((m >> (2 * i)) & 1u) {
+            p[i] = (uint8_t)v.v[i];
+        }
+    }
+#endif
+}
+/* (end of the MVE depthwise helpers) */
+
 #ifdef __cplusplus
 }
 #endif

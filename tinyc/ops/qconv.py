@@ -46,6 +46,8 @@ from tinyc.ops.conv import (
     resolve_pads,
 )
 from tinyc.ops.impl import Implementation, applicable, by_name
+from tinyc.ops import _qconv_mve
+from tinyc.ops import _qconv_mve_dw
 from tinyc.numerics import fixed_point as arith
 from tinyc.numerics.qparams import import_scale, import_zero_point
 from tinyc.numerics.qparams import qparams_of
@@ -55,8 +57,6 @@ QRANGE: dict[str, tuple[int, int]] = {"int8": (-128, 127), "uint8": (0, 255)}
 INT32_MAX = (1 << 31) - 1
 #: mac values whose code uses an ISA extension (knob_isa), in order of preference.
 SIMD_FORMS = ("dsp", "mve")
-#: the largest MVE dense register block (oc_tile x px_tile scalar accumulators) a schedule may ask for
-MVE_MAX_ACCUMULATORS = 64
 
 
 def requantize_any(
@@ -483,15 +483,19 @@ class QConv(Conv):
             "loop_order": order,
         }
         simd = next((f for f in reversed(SIMD_FORMS) if isa.has(f) and f in ks["mac"]), None)
-        if simd is not None:  # dsp: weights pre-split (2x their flash) up to 32 KiB of them
+        if simd is not None:  # dsp: weights pre-split (2x their flash) up to 64 KiB of them
+            # (measured on the M4: 4 SXTB16 fewer per 16 MACs; ResNet-8's 36 KiB 3x3 64 -> 64 conv)
             split = (
                 simd == "dsp"
                 and not dw
                 and True in ks["wide_weights"]
-                and graph.tensor(node.inputs[1]).nbytes <= 32 * 1024
+                and graph.tensor(node.inputs[1]).nbytes <= 64 * 1024
             )
             sched.update(
-                mac=simd, wide_weights=split, loop_order="pixels_outer", **_simd_tiles(simd, dw, ch, ks["px_tile"])
+                mac=simd,
+                wide_weights=split,
+                loop_order="pixels_outer",
+                **_simd_tiles(simd, dw, ch, ks["px_tile"], self._dsp_run(m, ks["variant"][0])),
             )
             if dw:
                 sched["variant"] = "depthwise"
@@ -518,20 +522,22 @@ class QConv(Conv):
         if "mac" in sched and "variant" in sched:
             if sched["mac"] in SIMD_FORMS and self._simd(sched) is None:
                 sched["mac"] = "i16x2"
-            if (
-                self._simd(sched) == "mve"
-                and sched["variant"] != "depthwise"
-                and "px_tile" in sched
-                and int(sched.get("oc_tile", 1)) * int(sched["px_tile"]) > MVE_MAX_ACCUMULATORS
-            ):
-                # all-spill register blocks: never fast, and 16 x 16 gave a wrong result on the M55
-                # inside a tuning batch (exact alone; caught by the output check, not understood)
-                fits = [
-                    p
-                    for p in self.knobs(node, graph)["px_tile"]
-                    if p * int(sched.get("oc_tile", 1)) <= MVE_MAX_ACCUMULATORS
-                ]
-                sched["px_tile"] = max(fits or [1])
+            if self._simd(sched) == "mve" and sched["variant"] != "depthwise" and "px_tile" in sched:
+                # the Helium dense kernel (_qconv_mve): blocks of <= 4 pixels x 1 channel, all of a
+                # group's channels in one loop after the pixels' inputs are gathered (a narrower
+                # channel tile only gathers them again)
+                sched["px_tile"] = min(int(sched["px_tile"]), _qconv_mve.MVE_DENSE_PIXELS)
+                sched["oc_tile"] = _qconv_mve.channel_tile(self._dims(node, graph)["OCG"])
+            if self._simd(sched) == "mve" and sched["variant"] == "depthwise":
+                # the Helium depthwise kernel (_qconv_mve_dw) reads px_tile only (1 or 2 pixels along
+                # W; the channels always in blocks of 8, innermost)
+                m = self._dims(node, graph)
+                if "px_tile" in sched:
+                    sched["px_tile"] = _qconv_mve_dw.pixels(sched, m)
+                if "oc_tile" in sched:
+                    sched["oc_tile"] = _simd_tiles("mve", True, m["OC"], [1])["oc_tile"]
+                if "loop_order" in sched:
+                    sched["loop_order"] = "pixels_outer"
             if "wide_weights" in sched and (
                 self._simd(sched) == "mve" or (self._simd(sched) == "dsp" and sched["variant"] == "depthwise")
             ):
@@ -558,14 +564,56 @@ class QConv(Conv):
 
     def _rowmode(self, m: dict[str, int], sched: dict[str, Any]) -> bool:
         """SIMD direct kernels take a kernel row's KW taps as one run of KW * C contiguous inputs
-        (one group, no dilation along W)."""
-        return self._simd(sched) is not None and sched["variant"] == "direct" and m["G"] == 1 and m["DW"] == 1
+        (one group, no dilation along W); "dsp" gathers the whole patch instead (``_patch``)."""
+        return (
+            self._simd(sched) is not None
+            and sched["variant"] == "direct"
+            and m["G"] == 1
+            and m["DW"] == 1
+            and not self._patch(m, sched)
+        )
+
+    def _patch(self, m: dict[str, int], sched: dict[str, Any]) -> bool:
+        """The "dsp" direct kernels (one group) gather each output pixel's KH * KW * C inputs (x_zp where
+        padding) into a scratch row once per pixel tile (CMSIS-NN's im2col), so that every channel
+        tile runs one contiguous dot product over them: the row / tap pointers and padding tests
+        are not redone per channel tile (the first layers with 1-3 input channels spent more on
+        them than on the MACs: KWS 10x4x1 0.22 MAC/instruction)."""
+        return self._simd(sched) == "dsp" and sched["variant"] == "direct" and m["G"] == 1
+
+    def _dsp_run(self, m: dict[str, int], variant: str) -> int:
+        """The inputs per dot product of the "dsp" dense kernel: the patch, or one tap's channels."""
+        return self._patch_len(m) if variant == "direct" and m["G"] == 1 else m["ICG"]
+
+    @staticmethod
+    def _patch_len(m: dict[str, int]) -> int:
+        """Bytes of one pixel's gathered inputs (KH * KW * C), rounded up to 4: the padding bytes
+        are zeros and so are their weights, so the dot product has no scalar tail (first layers:
+        3x3x3 = 27 -> 28)."""
+        return (m["KH"] * m["KW"] * m["C"] + 3) // 4 * 4
+
+    def _xsplit(self, m: dict[str, int], sched: dict[str, Any]) -> int:
+        """int32 words per pixel when the "dsp" dense kernel (one group) splits each pixel's inputs
+        once per pixel tile into the int16 pairs SXTB16 / SXTB16 ROR #8 make of them (as the
+        pre-split weights; CMSIS-NN's int16 im2col), else 0: every channel tile then runs loads and
+        SMLADs only (12 instructions per 16 MACs in a 2 x 2 block instead of 16). With 4 channels
+        or fewer there are too few channel tiles to pay for the split."""
+        if self._simd(sched) != "dsp" or sched["variant"] not in ("pointwise", "direct") or m["G"] != 1:
+            return 0
+        if m["OCG"] <= 4:
+            return 0
+        rl = self._patch_len(m) if sched["variant"] == "direct" else m["C"]
+        return (rl - rl % 4) // 2 + rl % 4
 
     def _scratch_layout(self, node: Node, graph: Graph, sched: dict[str, Any]) -> tuple[int, int, int]:
         """(bytes of int16 weights, offset of the x_zp row, its length): the scratch buffer."""
         if sched["variant"] in ("baseline", "grid"):
             return 0, 0, 0
         m = self._dims(node, graph)
+        if self._simd(sched) == "mve" and not _depthwise(m):  # the Helium dense kernel's gathered runs
+            return _qconv_mve.scratch_layout(m, sched)
+        if self._simd(sched) == "mve":  # the Helium depthwise kernel: its x_zp row only
+            return 0, 0, _qconv_mve_dw.zrow_len(m, sched)
         wide = sched.get("wide_weights") and self._simd(sched) is None
         wbytes = 2 * graph.tensor(node.inputs[1]).size if wide else 0
         padded = any(m[k] for k in ("PT", "PL", "PB", "PR"))
@@ -578,6 +626,11 @@ class QConv(Conv):
         )
         if padded and self._rowmode(m, sched):  # the x_zp row and one assembled row per pixel of a tile
             zlen = m["KW"] * m["C"] * (1 + max(1, min(int(sched["px_tile"]), m["N"] * m["OH"] * m["OW"])))
+        px = max(1, min(int(sched["px_tile"]), m["N"] * m["OH"] * m["OW"]))
+        if self._patch(m, sched):  # no x_zp row: the gathered patch of each pixel of a tile
+            zlen = self._patch_len(m) * px
+        if self._xsplit(m, sched):  # then (4-byte aligned) the split inputs of each pixel
+            zlen = (zlen if self._patch(m, sched) else 0) + 4 * self._xsplit(m, sched) * px
         return wbytes, (wbytes + 15) // 16 * 16, zlen
 
     def scratch_bytes(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> int:
@@ -636,10 +689,15 @@ class QConv(Conv):
         folded = _mac_forms(node, graph, want_bias=True)[1] if sched["mac"] in ("i16x2", *SIMD_FORMS) else None
         simd = self._simd(sched)
         rowmode = self._rowmode(m, sched)
+        patch = self._patch(m, sched)
+        pixels = m["N"] * m["OH"] * m["OW"]
         wsplit = simd == "dsp" and not dw and bool(sched.get("wide_weights"))
         if simd is not None and not dw:  # weights contiguous along the input channels: [OC][KH][KW][ICG]
             w = np.asarray(graph.tensor(node.inputs[1]).data).reshape(m["KH"] * m["KW"] * m["ICG"], OC)
-            runs = np.ascontiguousarray(w.T).reshape(OC * (m["KH"] if rowmode else m["KH"] * m["KW"]), -1)
+            nruns = 1 if patch else (m["KH"] if rowmode else m["KH"] * m["KW"])
+            runs = np.ascontiguousarray(w.T).reshape(OC * nruns, -1)
+            if patch:  # zero weights up to the patch's 4-byte length: no scalar tail steps
+                runs = np.pad(runs, ((0, 0), (0, self._patch_len(m) - runs.shape[1])))
             wr = _split_pairs(runs) if wsplit else runs.reshape(-1)
             ctx.update(wr=_c_literals(wr), wr_len=int(wr.size))
         ctx.update(
@@ -648,10 +706,14 @@ class QConv(Conv):
             mac="i16x2" if sched["mac"] in SIMD_FORMS else sched["mac"],
             simd=simd,
             rowmode=rowmode,
+            patch=patch,
+            plen=self._patch_len(m) if patch else 0,
+            xsplit=self._xsplit(m, sched),
+            xsoff=zoff + (self._patch_len(m) * max(1, min(int(sched["px_tile"]), pixels)) if patch else 0),
             wsplit=wsplit,
             wide=bool(wbytes),
             zoff=zoff,
-            zlen=zlen,
+            zlen=0 if patch or self._xsplit(m, sched) else zlen,
             xoff=xoff,
             pixels=m["N"] * m["OH"] * m["OW"],
             loop_order=sched.get("loop_order", "pixels_outer"),
@@ -660,6 +722,37 @@ class QConv(Conv):
             lshift=any(s > 0 for s in shift),
             lmuls=[1 << max(s, 0) for s in shift],
         )
+        if simd == "mve" and not dw:  # the Helium dense kernel: padded weight runs, vector requantization
+            ctx.update(
+                _qconv_mve.context(
+                    m,
+                    sched,
+                    np.asarray(graph.tensor(node.inputs[1]).data),
+                    folded,
+                    mult,
+                    ctx["rshifts"],
+                    ctx["lshift"],
+                    arith.rounding_of(a) == "half_even",
+                    ctx["int8_out"],
+                    a["act_min"],
+                    a["act_max"],
+                )
+            )
+        if simd == "mve" and dw:  # the Helium depthwise kernel (its own template, _qconv_mve_dw)
+            ctx.update(
+                _qconv_mve_dw.context(
+                    m,
+                    sched,
+                    np.asarray(graph.tensor(node.inputs[1]).data),
+                    np.asarray(graph.tensor(node.inputs[2]).data),
+                    a["x_zp"],
+                    QRANGE[graph.tensor(node.inputs[0]).dtype],
+                    mult,
+                    ctx["rshifts"],
+                    ctx["lshift"],
+                    arith.rounding_of(a) == "half_even",
+                )
+            )
         if sched["variant"] == "depthwise_rows":
             C, J = m["C"], ctx["J"]
             w = np.asarray(graph.tensor(node.inputs[1]).data).reshape(-1, C)  # [KH*KW, C]
@@ -748,12 +841,20 @@ QConv.implementations = (
 )
 
 
-def _simd_tiles(simd: str, dw: bool, ch: int, px_tiles: list[int]) -> dict[str, int]:
+def _simd_tiles(simd: str, dw: bool, ch: int, px_tiles: list[int], run: int = 64) -> dict[str, int]:
     """Register blocks of the SIMD micro-kernels (output channels x pixels), measured in QEMU
-    (benchmarks/kernels.py): DSP 2 x 2 (as CMSIS-NN: 4 accumulators + 4 unpacked operands fill
-    the 13 core registers), MVE 8 channels x 1 pixel dense (8 scalar accumulators, one input
-    vector), 8 channels x 1 pixel depthwise (2 vector accumulators + 2 weight vectors)."""
-    want = {("dsp", False): (2, 2), ("dsp", True): (8, 1), ("mve", False): (8, 1), ("mve", True): (8, 1)}[simd, dw]
+    (benchmarks/kernels.py): DSP 2 x 2 (as CMSIS-NN: 4 accumulators + 4 operand pairs fill the
+    13 core registers) for dot products of `run` >= 32 inputs; shorter ones (VWW's 8 / 16 channel
+    pointwise layers, 3-channel first layers) 1 pixel x 4 channels, or x 8 for <= 8 inputs: fewer
+    tiles, so less of their fixed cost per output (VWW layer 2: 1.23 M -> 1.08 M), MVE dense all of a group's channels x 4 pixels (``_qconv_mve``: 4 scalar
+    accumulators per channel, the channels in a loop), depthwise 2 pixels along W (``_qconv_mve_dw``:
+    blocks of 8 channels, 4 vector accumulators)."""
+    want = {
+        ("dsp", False): (2, 2) if run >= 32 else ((8, 1) if run <= 8 else (4, 1)),
+        ("dsp", True): (4, 1),
+        ("mve", False): (_qconv_mve.channel_tile(ch), _qconv_mve.MVE_DENSE_PIXELS),
+        ("mve", True): (8, _qconv_mve_dw.MAX_PIXELS),
+    }[simd, dw]
     oc = max([t for t in (64, 32, 16, 8, 4, 2, 1, ch) if t <= min(ch, want[0])] or [1])
     px = max([p for p in px_tiles if p <= want[1]] or [1])
     return {"oc_tile": oc, "px_tile": px}
@@ -791,8 +892,9 @@ def _mac_forms(node: Node, graph: Graph, want_bias: bool = False) -> Any:
       per SMLAD, "mve" sums 16 products per VMLADAVA (dense), or 4 int32 lanes per VMUL/VADD
       (depthwise); every partial sum is a subset sum of the "i16x2" bound, so none wraps. Exact
       on any core (intrinsics where the core has the extension, exact C emulations elsewhere).
-      Depthwise (channel multiplier 1, int8 input): "dsp" keeps one accumulator per channel lane
-      (SMLABB / SMLATT on the SXTB16 halves of 4 channels), "mve" 4 int32 lanes. They follow "i16x2", so
+      Depthwise (channel multiplier 1): "dsp" (int8 input) keeps one accumulator per channel lane
+      (SMLABB / SMLATT on the SXTB16 halves of 4 channels), "mve" (int8 or uint8 input) 8 int16 lanes
+      widened by VMULLB / VMULLT (``_qconv_mve_dw``, its own bias fold). They follow "i16x2", so
       the host default is unchanged; ``default_schedule`` picks them on targets with the ISA.
     * "i16": (x - x_zp) * w in int16 (|x - x_zp| <= 255, |w| <= 128: |product| <= 32640).
     * "i32": int32 products (always; int16 weights of a uint8 QLinearConv need it).
@@ -818,9 +920,10 @@ def _mac_forms(node: Node, graph: Graph, want_bias: bool = False) -> Any:
             a = node.attrs
             xs = graph.tensor(node.inputs[0]).shape
             dw = int(wt.shape[-2] if a["layout"] == "NHWC" else wt.shape[1]) == 1 and int(a.get("group", 1)) > 1
-            # depthwise SIMD: channel multiplier 1 (lane c reads input channel c), int8 input
+            # depthwise SIMD: channel multiplier 1 (lane c reads input channel c), "dsp" int8 input,
+            # "mve" int8 or uint8 (its int16 lanes take uint8 as it is: _qconv_mve_dw)
             if not dw:
                 forms[1:1] = list(SIMD_FORMS)
-            elif oc == int(xs[-1] if a["layout"] == "NHWC" else xs[1]) and not xoff:
-                forms[1:1] = list(SIMD_FORMS)
+            elif oc == int(xs[-1] if a["layout"] == "NHWC" else xs[1]):
+                forms[1:1] = list(SIMD_FORMS) if not xoff else ["mve"]
     return (forms, folded) if want_bias else forms

@@ -22,6 +22,7 @@ uint8 QOperators run on the int8 kernels between exact QRequantize shifts (q_int
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 from collections.abc import Callable
@@ -30,7 +31,9 @@ import numpy as np
 
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node, QuantParams
+from tinyc.ir.isa import Isa
 from tinyc.ops.base import OpDef, OutputType, register
+from tinyc.ops.impl import Implementation, applicable, by_name
 from tinyc.ops.elementwise import collapse_broadcast
 from tinyc.numerics import fixed_point as arith
 from tinyc.numerics.qparams import add_qconstant, add_qtensor, import_scale, import_zero_point, per_tensor, qparams_of
@@ -164,6 +167,102 @@ def build_qmul(
     )
 
 
+# -- QAdd's fast kernels: exact input tables, one multiply-high requantization ---------------------
+#: Table index of an int8 value q: its byte, q mod 256 (a zero-extending byte load, VLDRB.U32).
+_Q_BY_BYTE = ((np.arange(256, dtype=np.int64) + 128) % 256) - 128
+
+
+def _input_stage(q: np.ndarray, offset: int, multiplier: int, shift: int, left_shift: int) -> np.ndarray:
+    """One Add input's rescaled value (``arith.add_int8``'s a_i) for each int8 q, int64."""
+    return np.asarray(arith.multiply_by_quantized_multiplier((q + offset) << left_shift, multiplier, shift), np.int64)
+
+
+@functools.lru_cache(maxsize=256)
+def add_plan(p: arith.AddParams) -> dict[str, Any] | None:
+    """How the "fast" / "mve" QAdd kernels compute `p` exactly, or None (the "scalar" kernel then).
+
+    An Add is a function of two int8 values, so every claim is checked over all 65536 pairs
+    against ``arith.add_int8`` at compile time. Each input stage a_i(q) (TFLite rounding) is either
+    exactly affine in q (``A * q + B``: the larger-scale input has M = 1/2 and a_i = (q - zp) * 2^19)
+    or a 256-entry int32 table (1 KiB of flash) indexed by the byte of q. With s = a_1 + a_2 and
+    r = -out_shift >= 1, the output is tried as one rounding, half up:
+    ``floor((floor(s * m / 2^31) + C) / 2^r)`` with C = 2^(r-1) + zp * 2^r, then the clamp (form
+    "up": SMMLA / VQDMLASH, then SSAT / VQSHL). It equals half-even rounding whenever no pair
+    lands on a tie (s * m is never an odd multiple of 2^(30+r) when v2(m) < 30 + r - log2|s|max:
+    the MLPerf QDQ models). TFLite's double rounding differs from it near halves, so for that
+    rounding the form "tflite" computes it exactly: c + srdhm(s, m) (SMMLAR / VQRDMLASH), minus
+    1 where s < 0 (rounding_divide_by_pot's ties away from zero; where srdhm is 0 the -1 cannot
+    change the quotient). Where neither holds the kernels requantize with the branch-free helpers
+    (form "helper": ``tinyc_q_mbqm_r`` / ``tinyc_q_mbqm_even_r`` and their vector twins, exact by
+    contract). The scalar kernel's "up" / "tflite" forms hold the table and affine values doubled
+    (``_add_kernel_terms`` f = 2), so that SMMLA's floor(2s * m / 2^32) is floor(s * m / 2^31)."""
+    if p.left_shift != arith.ADD_LEFT_SHIFT or p.out_shift > -1 or not 0 <= p.out_multiplier <= arith.INT32_MAX:
+        return None
+    q = np.arange(-128, 128, dtype=np.int64)
+    stages = [
+        _input_stage(q, p.in1_offset, p.in1_multiplier, p.in1_shift, p.left_shift),
+        _input_stage(q, p.in2_offset, p.in2_multiplier, p.in2_shift, p.left_shift),
+    ]
+    s = stages[0][:, None] + stages[1][None, :]
+    if np.abs(s).max() >= 2**30:  # 2s fits int32 (always: |a_i| < 2^27)
+        return None
+    golden = np.asarray(arith.add_int8(q[:, None], q[None, :], p), np.int64)
+    r, mo, zp = -p.out_shift, p.out_multiplier, p.out_zp
+    rounding = arith.ROUNDINGS[p.rounding]
+    form, lo_need, hi_need = "helper", True, True
+    c = (1 << (r - 1)) + zp * (1 << r) if r <= 31 else 0
+    if r <= 31 and arith.INT32_MIN <= c <= arith.INT32_MAX:
+        candidates = [("up", (s * mo >> 31) + c)]
+        if rounding == "tflite":  # c + srdhm(s, m), minus 1 where s < 0 (rdbpot rounds ties away from 0)
+            candidates.append(("tflite", ((s * mo + (1 << 30)) >> 31) + c - (s < 0)))
+        for name, h in candidates:
+            if arith.INT32_MIN < h.min() and h.max() < arith.INT32_MAX:  # (and h + 1: no saturation)
+                o = h >> r
+                if np.array_equal(np.clip(o, p.act_min, p.act_max), golden):
+                    form = name
+                    lo_need, hi_need = bool(o.min() < p.act_min), bool(o.max() > p.act_max)
+                    break
+    if form == "helper" and r > (30 if rounding == "half_even" else 31):
+        return None  # outside the vector helpers' domain
+    terms = []
+    for st in stages:
+        a = int(st[1] - st[0])
+        affine = bool(np.array_equal(st, st[0] + a * (q + 128)))
+        terms.append(dict(affine=affine, A=a, B=int(st[128]), table=st[_Q_BY_BYTE + 128]))
+    return dict(
+        form=form,
+        terms=terms,
+        r=r,
+        mo=mo,
+        zp=zp,
+        C=c,
+        lo=p.act_min,
+        hi=p.act_max,
+        lo_need=lo_need,
+        hi_need=hi_need,
+        rq_r="tinyc_q_mbqm_even_r" if rounding == "half_even" else "tinyc_q_mbqm_r",
+        even=rounding == "half_even",
+    )
+
+
+def _add_kernel_terms(plan: dict[str, Any], f: int) -> dict[str, Any]:
+    """Template view of a plan's input terms with factor f (2: the scalar "up" form): per input
+    "affine" (coefficient A) or a table (the constant B of every affine term folded into the first
+    table, or into K when there is none)."""
+    terms = plan["terms"]
+    k = sum(t["B"] for t in terms if t["affine"])
+    out = []
+    folded = False
+    for t in terms:
+        if t["affine"]:
+            out.append(dict(affine=True, A=f * t["A"], table=[]))
+        else:
+            tab = t["table"] + (k if not folded else 0)
+            folded = True
+            out.append(dict(affine=False, A=0, table=[int(v) for v in f * tab]))
+    return dict(terms=out, K=0 if folded else f * k)
+
+
 class _QBinary(_QOp):
     dtypes = ("int8",)
     inplace = True
@@ -197,11 +296,38 @@ class QAdd(_QBinary):
     def reference(self, node: Node, graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
         return [np.asarray(arith.add_int8(inputs[0], inputs[1], add_params_of(node.attrs)), np.int8)]
 
+    def knobs(self, node: Node, graph: Graph) -> dict[str, list[Any]]:
+        """variant: the kernels that compute this node exactly (``add_plan``), best first."""
+        return {"variant": [i.name for i in applicable(self.implementations, node, graph)]}
+
+    def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
+        """The best variant the target's core runs; OpenCL keeps the per-element "scalar" kernel."""
+        isa = Isa.parse(target)
+        names = [i.name for i in applicable(self.implementations, node, graph) if isa.has(i.needs)]
+        return {"variant": "scalar" if isa.work_items or not names else names[0]}
+
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         p = add_params_of(node.attrs)
-        return dict(
-            super().kernel_context(node, graph, schedule, target), params_init=[getattr(p, f) for f in ADD_FIELDS]
-        )
+        ctx = super().kernel_context(node, graph, schedule, target)
+        where = f"node '{node.source or node.name}' (QAdd)"
+        variant = {**self.default_schedule(node, graph, target), **(schedule or {})}["variant"]
+        impl = by_name(self.implementations, variant, where)
+        if not impl.applies(node, graph):
+            raise UnsupportedError(f"{where}: variant '{variant}' does not compute this node exactly")
+        ctx.update(variant=variant, params_init=[getattr(p, f) for f in ADD_FIELDS])
+        if variant == "scalar":
+            return ctx
+        plan = add_plan(p)
+        assert plan is not None  # the variant applies
+        kt = _add_kernel_terms(plan, 2 if variant == "fast" and plan["form"] != "helper" else 1)
+        inner = [ctx["sa"][-1], ctx["sb"][-1]]
+        cont = [k for k in (0, 1) if inner[k]]
+        terms = kt["terms"]
+        if len(cont) == 1:
+            va = [cont[0]] if terms[cont[0]]["affine"] else []
+        else:
+            va = [0] if terms[0]["affine"] and terms[1]["affine"] else []
+        return dict(ctx, plan=plan, kt=kt, cont=cont, vA=va)
 
 
 @register
@@ -238,6 +364,27 @@ class QMul(_QBinary):
 
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
         return dict(super().kernel_context(node, graph, schedule, target), **arith.rounding_context(node.attrs))
+
+
+def _add_fast_applies(node: Node, graph: Graph) -> bool:
+    return add_plan(add_params_of(node.attrs)) is not None
+
+
+def _add_mve_applies(node: Node, graph: Graph) -> bool:
+    """The 4-lane loop walks the innermost run: at least one input must be contiguous in it
+    (the other may be broadcast across it, read once per run)."""
+    if not _add_fast_applies(node, graph):
+        return False
+    a, b = graph.tensor(node.inputs[0]), graph.tensor(node.inputs[1])
+    _, (sa, sb) = collapse_broadcast(graph.tensor(node.outputs[0]).shape, [a.shape, b.shape])
+    return sa[-1] in (0, 1) and sb[-1] in (0, 1) and bool(sa[-1] or sb[-1])
+
+
+QAdd.implementations = (
+    Implementation("mve", "q_add.c.j2", _add_mve_applies, "mve", ("variant",), priority=30),
+    Implementation("fast", "q_add.c.j2", _add_fast_applies, None, ("variant",), priority=20),
+    Implementation("scalar", "q_add.c.j2", knobs=("variant",), priority=0),
+)
 
 
 # -- QLut ---------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from tinyc.ir.isa import Isa
 from tinyc.ops.base import OpDef, OutputType, broadcast_strides, register
 from tinyc.ops.conv import GRID_ORDERS, grid_canonical, grid_knob_target, grid_knobs
 from tinyc.ops.gemm import GRID_MATMUL_KNOBS, grid_batches, grid_matmul_context, grid_matmul_default
+from tinyc.ops import _qconv_mve
 from tinyc.ops.impl import Implementation, applicable, by_name
 from tinyc.ops.qconv import (
     SIMD_FORMS,
@@ -366,6 +367,8 @@ class QMatMul(OpDef):
         uniform = len(set(zip(at["multiplier"], at["shift"]))) == 1
         lo, hi = _clamp(at)
         shifts = [int(v) for v in at["shift"]]
+        if simd == "mve":
+            extra.update(_mve_requant(at, N, shifts, lo, hi, graph.tensor(node.outputs[0]).dtype == "int8"))
         return dict(
             variant="tiled",
             batch=batch,
@@ -428,6 +431,29 @@ class QMatMul(OpDef):
 
 #: Register blocks (n_tile columns, m_tile rows) of the SIMD forms, measured in QEMU.
 SIMD_BLOCK = {"dsp": (4, 1), "mve": (8, 1)}
+
+
+def _mve_requant(at: dict[str, Any], N: int, shifts: list[int], lo: int, hi: int, int8_out: bool) -> dict[str, Any]:
+    """The MVE fully connected requantization of 4 output columns at a time (lanes = columns):
+    per-column multiplier / -shift tables (3 entries of padding), VQRDMULH + VRSHL (TFLite
+    rounding, any r in [0, 31]) or tinyc_vmbqm_even_r_v (half-even, r >= 1; a column with
+    multiplier 0 counts as r = 1, ``_qconv_mve.table_shifts``), the output stage of the Helium
+    conv kernel, one VSTRB.32. "scalar" (tinyc_q.h per output) with a b zero point, left shifts,
+    or a half-even column with r == 0."""
+    mult = [int(v) for v in at["multiplier"]] * (N if len(at["multiplier"]) == 1 else 1)
+    rs = [max(-v, 0) for v in shifts] * (N if len(shifts) == 1 else 1)
+    rs = _qconv_mve.table_shifts(rs, mult)
+    half_even = arith.rounding_of(at) == "half_even"
+    if any(at["b_zp"]) or any(v > 0 for v in shifts) or (half_even and not all(1 <= r <= 31 for r in rs)):
+        return {"mvq": "scalar"}
+    pad = 3  # a vector load at any column < N stays inside (tiles start at multiples of n_tile)
+    return {
+        "mvq": "even_v" if half_even else "tflite_v",
+        "mvq_out": _qconv_mve.out_stage(int8_out, lo, hi),
+        "mvq_mul": ", ".join(str(v) for v in mult + [0] * pad),
+        "mvq_nrsh": ", ".join(str(-r) for r in rs + [1] * pad),
+        "mvq_len": N + pad,
+    }
 
 
 def _simd_bias(node: Node, graph: Graph) -> list[int] | None:

@@ -30,7 +30,9 @@ import numpy as np
 
 from tinyc.errors import UnsupportedError
 from tinyc.ir import Graph, Node
+from tinyc.ir.isa import Isa
 from tinyc.ops.base import OutputType, register
+from tinyc.ops.impl import Implementation, applicable, by_name
 from tinyc.ops.conv import resolve_pads
 from tinyc.ops.pool import Pool, _windows
 from tinyc.numerics import fixed_point as arith
@@ -322,7 +324,26 @@ class QAvgPool(Pool):
             y = np.moveaxis(y, -1, 1)
         return [np.ascontiguousarray(y)]
 
+    def knobs(self, node: Node, graph: Graph) -> dict[str, list[Any]]:
+        """variant: "mve" (Helium, where its requantization domain holds) or "scalar"."""
+        return {"variant": [i.name for i in applicable(self.implementations, node, graph)]}
+
+    def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
+        isa = Isa.parse(target)
+        names = [i.name for i in applicable(self.implementations, node, graph) if isa.has(i.needs)]
+        return {"variant": names[0] if names and not isa.work_items else "scalar"}
+
     def kernel_context(self, node: Node, graph: Graph, schedule: dict[str, Any], target: str) -> dict[str, Any]:
+        where = f"node '{node.source or node.name}' (QAvgPool)"
+        variant = {**self.default_schedule(node, graph, target), **(schedule or {})}["variant"]
+        if not by_name(self.implementations, variant, where).applies(node, graph):
+            raise UnsupportedError(f"{where}: variant '{variant}' does not compute this node exactly")
+        # scalar: 32 accumulators vectorise on a desktop CPU; a Cortex-M keeps 8 in core registers
+        # (32 live in memory: a load and a store per tap and channel)
+        tile = 8 if Isa.parse(target).family == "mcu" else 32
+        return dict(self._context(node, graph), variant=variant, channel_tile=tile)
+
+    def _context(self, node: Node, graph: Graph) -> dict[str, Any]:
         if node.attrs["layout"] != "NHWC":
             raise UnsupportedError(
                 f"node '{node.source or node.name}' (QAvgPool): kernels run channels-last "
@@ -361,3 +382,19 @@ class QAvgPool(Pool):
             tflm=bool(a.get("tflm", False)),
             **arith.rounding_context(a),
         )
+
+
+def _avg_mve_applies(node: Node, graph: Graph) -> bool:
+    """The vector tile requantizes with tinyc_vmbqm_r_n / tinyc_vmbqm_even_r_n: every used count's
+    right shift in their domain (1..31, half even 1..30); TFLite Micro's division form stays scalar."""
+    a = node.attrs
+    if a.get("tflm"):
+        return False
+    top = 30 if arith.rounding_of(a) == "half_even" else 31
+    return all(1 <= -int(sh) <= top for sh in a["shift"])
+
+
+QAvgPool.implementations = (
+    Implementation("mve", "q_avgpool.c.j2", _avg_mve_applies, "mve", ("variant",), priority=10),
+    Implementation("scalar", "q_avgpool.c.j2", knobs=("variant",), priority=0),
+)
