@@ -222,7 +222,6 @@ def context(
             tab += v[8 * b : 8 * b + 8]
     jj = pixels(sched, m)
     return {
-        "impl_template": "qconv/mve_dw.c.j2",
         "dw_w": ", ".join(str(int(v)) for v in wp.reshape(-1)),
         "dw_w_len": int(wp.size),
         "dw_tab": ", ".join(str(v) for v in tab),

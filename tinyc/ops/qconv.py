@@ -551,6 +551,8 @@ class QConv(Conv):
         target's default (the knobs it leaves out): what scratch_bytes and kernel_context use."""
         sched = {**self.default_schedule(node, graph, target), **(schedule or {})}
         name = self._simd(sched) or sched["variant"]
+        if name == "mve" and _is_depthwise(node, graph):  # Helium depthwise has its own kernel
+            name = "mve_depthwise"
         return by_name(self.implementations, name, f"node '{node.source or node.name}' (QConv)"), sched
 
     @staticmethod
@@ -738,7 +740,7 @@ class QConv(Conv):
                     a["act_max"],
                 )
             )
-        if simd == "mve" and dw:  # the Helium depthwise kernel (its own template, _qconv_mve_dw)
+        if simd == "mve" and dw:  # the Helium depthwise kernel (implementation "mve_depthwise")
             ctx.update(
                 _qconv_mve_dw.context(
                     m,
@@ -816,6 +818,10 @@ def _simd_form(form: str) -> Any:
     return applies
 
 
+def _mve_depthwise(node: Node, graph: Graph) -> bool:
+    return _is_depthwise(node, graph) and "mve" in _mac_forms(node, graph)
+
+
 def _tiled_scratch(node: Node, graph: Graph, sched: dict[str, Any]) -> int:
     return get_op("QConv").tiled_scratch(node, graph, sched)  # type: ignore[attr-defined]
 
@@ -837,6 +843,10 @@ QConv.implementations = (
     ),
     Implementation(
         "mve", "qconv/tiled.c.j2", _simd_form("mve"), "mve", _TILED_KNOBS, _tiled_scratch, selected_by="mac"
+    ),
+    # what mac "mve" runs on a depthwise layer: 8 int16 lanes per tap, its own template (_qconv_mve_dw)
+    Implementation(
+        "mve_depthwise", "qconv/mve_dw.c.j2", _mve_depthwise, "mve", _TILED_KNOBS, _tiled_scratch, selected_by="mac"
     ),
 )
 
