@@ -27,7 +27,7 @@ import tinyc
 import tinyc.reference
 from tinyc.ops import get_op
 from tinyc.schedule import default_schedules
-from util import compile_ir, sanitized_project
+from util import compile_ir, sanitized_project, schedule_copies
 
 from test_ops_qconv import _input, _x, conv_graph, qconv_model
 
@@ -100,7 +100,6 @@ def test_dsp_dense_bit_exact(tmp_path: Path, case: dict[str, Any], rounding: str
 def test_dsp_dense_uint8(tmp_path: Path, rounding: str) -> None:
     """uint8 activations (x - 128: bit 7 flipped on load) through the im2col gather (the padding is
     the uint8 x_zp) and the pointwise kernel."""
-    from tinyc.ir import Node
     cases = [((1, 11, 7, 6), 10, (3, 3), dict(pads=[1, 1, 0, 1], strides=[1, 2])),
              ((1, 9, 8, 3), 7, (3, 3), dict(pads=[0, 0, 1, 1], strides=[2, 2])),
              ((1, 4, 5, 20), 9, (1, 1), {})]
@@ -114,15 +113,7 @@ def test_dsp_dense_uint8(tmp_path: Path, rounding: str) -> None:
         variant = ks["variant"][0]
         scheds = [dict(variant=variant, mac="dsp", oc_tile=t, px_tile=p, wide_weights=w, loop_order=o)
                   for (t, p, w, o) in B_PW[:4]]
-        overrides = {node.name: scheds[0]}
-        for i, s in enumerate(scheds[1:]):
-            t = g.tensor(node.outputs[0])
-            out = f"extra{i}"
-            g.tensors[out] = type(t)(out, t.shape, t.dtype)
-            g.nodes.append(Node(f"{node.name}_v{i}", "QConv", list(node.inputs), [out], dict(node.attrs)))
-            g.outputs.append(out)
-            g.output_names.append(out)
-            overrides[f"{node.name}_v{i}"] = s
+        overrides = schedule_copies(g, node, scheds)
         feeds = {g.inputs[0]: _input(30 + ci, model)}
         golden = tinyc.reference.run_graph(g, feeds)
         d = tmp_path / str(ci)

@@ -24,7 +24,7 @@ import tinyc
 import tinyc.reference
 from tinyc.ops import get_op
 from tinyc.schedule import default_schedules
-from util import REPO, compile_ir, sanitized_project
+from util import REPO, compile_ir, sanitized_project, schedule_copies
 
 from test_ops_qconv import _input, _x, conv_graph, qconv_model
 
@@ -84,7 +84,6 @@ def test_dsp_depthwise_paths_generated(tmp_path: Path) -> None:
 def test_dsp_depthwise_uint8(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """uint8 depthwise: the board default (no "dsp" for uint8 input) stays exact; the template's
     x - 128 path (tinyc_read_u8x4_off), forced into the knob, is exact too, with a uint8 output."""
-    from tinyc.ir import Node
     from tinyc.ops import qconv
     model = qconv_model(9, (2, 11, 7, 10), 11, (3, 3), group=11, xdt=np.uint8, pads=[1, 1, 0, 1], strides=[1, 2])
     g = tinyc.load(model)
@@ -104,15 +103,7 @@ def test_dsp_depthwise_uint8(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     scheds = [dict(mac="dsp", variant="depthwise", oc_tile=4, px_tile=1), dict(mac="dsp", variant="depthwise",
                                                                                 oc_tile=8, px_tile=2),
               dict(mac="i16x2", variant="depthwise")]
-    overrides = {node.name: scheds[0]}
-    for i, s in enumerate(scheds[1:]):
-        t = g.tensor(node.outputs[0])
-        out = f"extra{i}"
-        g.tensors[out] = type(t)(out, t.shape, t.dtype)
-        g.nodes.append(Node(f"{node.name}_v{i}", "QConv", list(node.inputs), [out], dict(node.attrs)))
-        g.outputs.append(out)
-        g.output_names.append(out)
-        overrides[f"{node.name}_v{i}"] = s
+    overrides = schedule_copies(g, node, scheds)
     feeds = {g.inputs[0]: _input(9, model)}
     golden = tinyc.reference.run_graph(g, feeds)
     compile_ir(g, tmp_path, overrides)

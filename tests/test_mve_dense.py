@@ -24,7 +24,7 @@ import pytest
 import tinyc
 import tinyc.reference
 from tinyc.ops import _qconv_mve, get_op
-from util import compile_ir, sanitized_project
+from util import compile_ir, sanitized_project, schedule_copies
 
 from test_ops_q_fc import fc_graph
 from test_ops_qconv import _input, _x, conv_graph, qconv_model
@@ -113,21 +113,12 @@ def test_mve_dense_requant_fallbacks(tmp_path: Path) -> None:
 
 def test_mve_dense_uint8_qlinearconv(tmp_path: Path) -> None:
     """uint8 activations in and out (x - 128 as int8, VQSHLU output stage), padded and strided."""
-    from tinyc.ir import Node
     model = qconv_model(8, (1, 6, 11, 7), 10, (3, 3), xdt=np.uint8, pads=[1, 1, 0, 1], strides=[1, 2])
     g = tinyc.load(model)
     node = next(n for n in g.nodes if n.op == "QConv")
     assert "mve" in get_op("QConv").knobs(node, g)["mac"]
     scheds = [dict(mac="mve", variant="direct", oc_tile=t, px_tile=p) for t, p in ((64, 4), (3, 3), (64, 1))]
-    overrides = {node.name: scheds[0]}
-    for i, s in enumerate(scheds[1:]):
-        t = g.tensor(node.outputs[0])
-        out = f"extra{i}"
-        g.tensors[out] = type(t)(out, t.shape, t.dtype)
-        g.nodes.append(Node(f"{node.name}_v{i}", "QConv", list(node.inputs), [out], dict(node.attrs)))
-        g.outputs.append(out)
-        g.output_names.append(out)
-        overrides[f"{node.name}_v{i}"] = s
+    overrides = schedule_copies(g, node, scheds)
     feeds = {g.inputs[0]: _input(8, model)}
     golden = tinyc.reference.run_graph(g, feeds)
     compile_ir(g, tmp_path, overrides)
@@ -224,7 +215,6 @@ HAVE_ARM = shutil.which("arm-none-eabi-gcc") is not None and shutil.which("qemu-
 
 
 def _conv_model(xs: tuple[int, ...], oc: int, k: tuple[int, int], **attrs: Any) -> Any:
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
     r = np.random.default_rng(0)
     w = r.normal(0, 0.2, (oc, xs[1], *k)).astype(np.float32)
@@ -281,7 +271,6 @@ def test_mve_fc_on_board(tmp_path: Path) -> None:
     """A fully connected layer (Gemm -> QMatMul, 26 columns: a column tail) on the M55: bit-exact,
     the vector requantization (VQRDMULH, VSTRB.32) in the firmware, fewer than 52 instructions per
     output column (with the scalar requantization ~70 per column at K = 128: MLPerf AD's layers)."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
     r = np.random.default_rng(2)
     w = r.normal(0, 0.1, (128, 26)).astype(np.float32)

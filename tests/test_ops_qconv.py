@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 import tinyc
 import tinyc.reference
 from tinyc.errors import UnsupportedError
-from util import compile_ir, ort_run, sanitized_project, sanitized_run
+from util import compile_ir, ort_run, sanitized_project, sanitized_run, schedule_copies
 
 _ET = {np.int8: TensorProto.INT8, np.uint8: TensorProto.UINT8}
 
@@ -249,15 +249,7 @@ def test_qconv_variants_on_qlinearconv(tmp_path: Path) -> None:
         g = tinyc.load(qconv_model(seed, xs, oc, k, **kw))
         node = next(n for n in g.nodes if n.op == "QConv")
         scheds = _variant_schedules(g, np.random.default_rng(seed), node)
-        overrides = {node.name: scheds[0]}
-        for i, s in enumerate(scheds[1:]):
-            t = g.tensor(node.outputs[0])
-            out = f"extra{i}"
-            g.tensors[out] = type(t)(out, t.shape, t.dtype)
-            g.nodes.append(Node(f"{node.name}_v{i}", "QConv", list(node.inputs), [out], dict(node.attrs)))
-            g.outputs.append(out)
-            g.output_names.append(out)
-            overrides[f"{node.name}_v{i}"] = s
+        overrides = schedule_copies(g, node, scheds)
         x = _input(seed, qconv_model(seed, xs, oc, k, **kw))
         feeds = {g.inputs[0]: x}
         golden = tinyc.reference.run_graph(g, feeds)

@@ -23,7 +23,7 @@ import tinyc.reference
 from tinyc.ops import get_op
 from tinyc.resources import runtime_dir
 from tinyc.schedule import default_schedules, knob_allowed
-from util import compile_ir, sanitized_project
+from util import compile_ir, sanitized_project, schedule_copies
 
 from test_ops_q_fc import fc_graph
 from test_ops_qconv import _input, _x, conv_graph, qconv_model
@@ -166,7 +166,6 @@ def test_conv_simd_forms_bit_exact(tmp_path: Path, case: dict[str, Any]) -> None
 
 def test_conv_simd_uint8_qlinearconv(tmp_path: Path) -> None:
     """uint8 activations (x - 128 as int8: bit 7 flipped) on a QLinearConv, padded and strided."""
-    from tinyc.ir import Node
     model = qconv_model(8, (1, 11, 7, 6), 10, (3, 3), xdt=np.uint8, pads=[1, 1, 0, 1], strides=[1, 2])
     g = tinyc.load(model)
     node = next(n for n in g.nodes if n.op == "QConv")
@@ -174,15 +173,7 @@ def test_conv_simd_uint8_qlinearconv(tmp_path: Path) -> None:
     assert "dsp" in ks["mac"] and "mve" in ks["mac"]
     scheds = [dict(mac="dsp", oc_tile=2, px_tile=2, wide_weights=True), dict(mac="dsp", oc_tile=3, px_tile=1),
               dict(mac="mve", oc_tile=4, px_tile=2)]
-    overrides = {node.name: scheds[0]}
-    for i, s in enumerate(scheds[1:]):
-        t = g.tensor(node.outputs[0])
-        out = f"extra{i}"
-        g.tensors[out] = type(t)(out, t.shape, t.dtype)
-        g.nodes.append(Node(f"{node.name}_v{i}", "QConv", list(node.inputs), [out], dict(node.attrs)))
-        g.outputs.append(out)
-        g.output_names.append(out)
-        overrides[f"{node.name}_v{i}"] = s
+    overrides = schedule_copies(g, node, scheds)
     feeds = {g.inputs[0]: _input(8, model)}
     golden = tinyc.reference.run_graph(g, feeds)
     compile_ir(g, tmp_path, overrides)

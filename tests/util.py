@@ -73,6 +73,23 @@ def compile_ir(graph, out: Path, overrides: dict | None = None, build: bool = Tr
         host.build(out)
 
 
+def schedule_copies(graph, node, scheds: list[dict]) -> dict:
+    """Per-node schedule overrides running `node` under every schedule of `scheds` in one project:
+    the first on the node itself, each other one on a copy of it (same inputs and attributes)
+    whose output is an extra graph output ``extra<i>``."""
+    from tinyc.ir.graph import Node
+    overrides = {node.name: scheds[0]}
+    for i, s in enumerate(scheds[1:]):
+        t = graph.tensor(node.outputs[0])
+        out = f"extra{i}"
+        graph.tensors[out] = type(t)(out, t.shape, t.dtype)
+        graph.nodes.append(Node(f"{node.name}_v{i}", node.op, list(node.inputs), [out], dict(node.attrs)))
+        graph.outputs.append(out)
+        graph.output_names.append(out)
+        overrides[f"{node.name}_v{i}"] = s
+    return overrides
+
+
 def sanitized_project(out: Path, graph, feeds: dict[str, np.ndarray], tmp: Path,
                       extra_cflags: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """Build the generated project in `out` with its CLI runner under ASan+UBSan and strict C99,
