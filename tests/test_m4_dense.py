@@ -27,7 +27,7 @@ import tinyc
 import tinyc.reference
 from tinyc.ops import get_op
 from tinyc.schedule import default_schedules
-from util import compile_ir, sanitized_project, schedule_copies
+from util import assert_sanitized_cases, compile_ir, schedule_copies
 
 from test_ops_qconv import _input, _x, conv_graph, qconv_model
 
@@ -138,15 +138,7 @@ def test_dsp_dense_sanitized(tmp_path: Path) -> None:
                                                                   wide_weights=True),
                                                              dict(variant="pointwise", mac="dsp", px_tile=3, oc_tile=1)]),
     ]
-    for i, (g, ov) in enumerate(cases):
-        x = _x(i, g)
-        golden = tinyc.reference.run_graph(g, {"x": x})
-        d = tmp_path / str(i)
-        d.mkdir()
-        compile_ir(g, d / "p", ov, build=False)
-        got = sanitized_project(d / "p", g, {"x": x}, d)
-        for k, v in golden.items():
-            np.testing.assert_array_equal(got[k], v, err_msg=f"case {i} {k}")
+    assert_sanitized_cases(cases, _x, tmp_path)
 
 
 def test_dsp_dense_defaults_and_scratch() -> None:

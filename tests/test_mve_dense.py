@@ -24,7 +24,7 @@ import pytest
 import tinyc
 import tinyc.reference
 from tinyc.ops import _qconv_mve, get_op
-from util import compile_ir, sanitized_project, schedule_copies
+from util import assert_sanitized_cases, compile_ir, schedule_copies
 
 from test_ops_q_fc import fc_graph
 from test_ops_qconv import _input, _x, conv_graph, qconv_model
@@ -144,18 +144,9 @@ def test_mve_dense_sanitized(tmp_path: Path) -> None:
                    schedules=[dict(variant="direct", mac="mve", px_tile=3, oc_tile=2)]),
         fc_graph(2, (3, 21), 7, True, None, [dict(mac="mve", n_tile=t, m_tile=r) for t, r in ((8, 1), (6, 2))]),
     ]
-    for i, (g, ov) in enumerate(cases):
-        if i == 1:
-            for n in g.nodes:
-                n.attrs["rounding"] = "half_even"
-        x = _x(i, g)
-        golden = tinyc.reference.run_graph(g, {"x": x})
-        d = tmp_path / str(i)
-        d.mkdir()
-        compile_ir(g, d / "p", ov, build=False)
-        got = sanitized_project(d / "p", g, {"x": x}, d)
-        for k, v in golden.items():
-            np.testing.assert_array_equal(got[k], v, err_msg=f"case {i} {k}")
+    for n in cases[1][0].nodes:  # the second case with half-even rounding
+        n.attrs["rounding"] = "half_even"
+    assert_sanitized_cases(cases, _x, tmp_path)
 
 
 def test_mve_dense_schedules() -> None:

@@ -24,7 +24,7 @@ from tinyc.ops import _qconv_mve_dw as mdw
 from tinyc.ops import get_op
 from tinyc.resources import runtime_dir
 from tinyc.schedule import default_schedules
-from util import compile_ir, sanitized_project
+from util import assert_sanitized_cases, compile_ir, sanitized_project
 
 from test_ops_qconv import _input, _x, conv_graph, qconv_model
 
@@ -271,18 +271,9 @@ def test_mve_depthwise_sanitized(tmp_path: Path) -> None:
         conv_graph(6, (1, 4, 4, 21), 21, (3, 3), group=21, pads=(1, 1, 1, 1),
                    schedules=[dict(variant="depthwise", mac="mve", px_tile=2)]),
     ]
-    for i, (g, ov) in enumerate(cases):
-        if i == 1:
-            for n in g.nodes:
-                n.attrs["rounding"] = "half_even"
-        x = _x(i, g)
-        golden = tinyc.reference.run_graph(g, {"x": x})
-        d = tmp_path / str(i)
-        d.mkdir()
-        compile_ir(g, d / "p", ov, build=False)
-        got = sanitized_project(d / "p", g, {"x": x}, d)
-        for k, v in golden.items():
-            np.testing.assert_array_equal(got[k], v, err_msg=f"case {i} {k}")
+    for n in cases[1][0].nodes:  # the second case with half-even rounding
+        n.attrs["rounding"] = "half_even"
+    assert_sanitized_cases(cases, _x, tmp_path)
     model = qconv_model(4, (1, 10, 6, 5), 10, (3, 3), group=10, xdt=np.uint8, pads=[1, 1, 1, 1])
     g = tinyc.load(model)
     node = next(n for n in g.nodes if n.op == "QConv")

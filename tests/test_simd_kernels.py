@@ -23,7 +23,7 @@ import tinyc.reference
 from tinyc.ops import get_op
 from tinyc.resources import runtime_dir
 from tinyc.schedule import default_schedules, knob_allowed
-from util import compile_ir, sanitized_project, schedule_copies
+from util import assert_sanitized_cases, compile_ir, schedule_copies
 
 from test_ops_q_fc import fc_graph
 from test_ops_qconv import _input, _x, conv_graph, qconv_model
@@ -216,15 +216,7 @@ def test_simd_sanitized(tmp_path: Path) -> None:
         fc_graph(2, (3, 21), 5, True, None, [dict(mac="dsp", n_tile=2, m_tile=2, wide_weights=True),
                                              dict(mac="mve", n_tile=4, m_tile=1)]),
     ]
-    for i, (g, ov) in enumerate(cases):
-        x = _x(i, g)
-        golden = tinyc.reference.run_graph(g, {"x": x})
-        d = tmp_path / str(i)
-        d.mkdir()
-        compile_ir(g, d / "p", ov, build=False)
-        got = sanitized_project(d / "p", g, {"x": x}, d)
-        for k, v in golden.items():
-            np.testing.assert_array_equal(got[k], v, err_msg=f"case {i} {k}")
+    assert_sanitized_cases(cases, _x, tmp_path)
 
 
 def test_defaults_and_isa() -> None:

@@ -113,6 +113,21 @@ def sanitized_project(out: Path, graph, feeds: dict[str, np.ndarray], tmp: Path,
             for (pub, t), path in zip(graph.public_outputs(), outs)}
 
 
+
+def assert_sanitized_cases(cases: list, make_x, tmp: Path) -> None:
+    """Each (graph, schedule overrides) of `cases`, its input from make_x(i, graph), built for the
+    host with ASan + UBSan (sanitized_project): every output equals the golden model bit for bit."""
+    import tinyc.reference
+    for i, (g, ov) in enumerate(cases):
+        x = make_x(i, g)
+        golden = tinyc.reference.run_graph(g, {"x": x})
+        d = tmp / str(i)
+        d.mkdir()
+        compile_ir(g, d / "p", ov, build=False)
+        got = sanitized_project(d / "p", g, {"x": x}, d)
+        for k, v in golden.items():
+            np.testing.assert_array_equal(got[k], v, err_msg=f"case {i} {k}")
+
 def sanitized_run(model, feeds: dict[str, np.ndarray], tmp: Path) -> dict[str, np.ndarray]:
     """Compile `model` and run it once under ASan+UBSan (see `sanitized_project`)."""
     import tinyc
