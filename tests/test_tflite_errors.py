@@ -94,6 +94,15 @@ def test_inspect_lists_the_tflite_graph(tmp_path):
 KWS = Path(__file__).resolve().parents[2] / "shared" / "models" / "mlperf_tiny" / "mlperf_kws_dscnn" / "tflm_int8.tflite"
 
 
+def test_subgraph_input_index_out_of_range_is_a_clear_error():
+    """Found by the fuzz test below: one flipped bit made the subgraph's input index 2 of 2 tensors,
+    and the import failed with an IndexError deep in the converter."""
+    buf = bytearray(_relu_model())
+    buf[164] ^= 1 << 1
+    with pytest.raises(ModelLoadError, match="subgraph input refers to tensor 2, the subgraph has 2"):
+        import_tflite(bytes(buf))
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_fuzzed_flatbuffers_fail_cleanly(data):

@@ -235,5 +235,11 @@ def _read(
     desc = (model.Description() or b"").decode("utf-8", "replace")
     sg_inputs = [int(v) for v in sg.InputsAsNumpy()] if sg.InputsLength() else []
     sg_outputs = [int(v) for v in sg.OutputsAsNumpy()] if sg.OutputsLength() else []
+    for kind, idx in (("input", sg_inputs), ("output", sg_outputs)):
+        bad = [j for j in idx if not 0 <= j < len(tensors)]
+        if bad:
+            raise ModelLoadError(
+                f"{source}: subgraph {kind} refers to tensor {bad[0]}, the subgraph has {len(tensors)}"
+            )
     sgname = (sg.Name() or b"").decode("utf-8", "replace")
     return TflModel(desc, tensors, ops, sg_inputs, sg_outputs, int(model.SubgraphsLength()), sgname)
