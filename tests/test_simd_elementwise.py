@@ -294,7 +294,7 @@ static uint32_t check(uint32_t rounds, uint32_t *count)
             tinyc_vst_s32(o1, tinyc_vmbqm_r(va, vm, vr));
             tinyc_vst_s32(o2, tinyc_vmbqm_even_r(va, vm, vre, vk, vh));
             tinyc_vst_s32(o3, tinyc_vmbqm_r_n(va, mul[0], -re[0]));
-            tinyc_vst_s32(o4, tinyc_vmbqm_even_r_n(va, mul[0], -re[0], mask[0], hm1[0]));
+            tinyc_vst_s32(o4, tinyc_vmbqm_even_r_s(va, mul[0], -re[0]));
             tinyc_vst_s32(o5, tinyc_vqdmlash_s32(tinyc_vshr_r_s32(va, 2), vm, hm1[1]));
             tinyc_vst_s32(o6, tinyc_vqrdmlash_s32(tinyc_vshr_r_s32(va, 2), vm, hm1[1]));
             tinyc_vst_s32(o7, tinyc_vsat_shr_s8(va, re[0] > 24 ? 24 : re[0]));

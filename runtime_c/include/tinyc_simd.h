@@ -190,7 +190,7 @@ TINYC_SIMD_INLINE int32_t tinyc_read_s16x2(const int16_t *p)
 }
 
 /* ------------------------------------------------------------------------------------------- */
-/* Helium (MVE): 16 x int8 dot products (VMLADAVA), 4 x int32 lanes (VLDRB.S32, VMLA)          */
+/* Helium (MVE): 16 x int8 dot products (VMLADAVA), 4 x int32 lanes (VLDRB.S32, VLDRW)         */
 /* ------------------------------------------------------------------------------------------- */
 
 #if TINYC_HAVE_MVE
@@ -327,7 +327,7 @@ TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vld_s8_s32_z(const int8_t *p, tinyc_pred16 m
 #endif
 }
 
-/* VLDRW.32 of 4 int32; _z: inactive lanes 0, not read. */
+/* VLDRW.32 of 4 int32. */
 TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vld_s32(const int32_t *p)
 {
 #if TINYC_HAVE_MVE
@@ -337,20 +337,6 @@ TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vld_s32(const int32_t *p)
     int i;
     for (i = 0; i < 4; ++i) {
         r.v[i] = p[i];
-    }
-    return r;
-#endif
-}
-
-TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vld_s32_z(const int32_t *p, tinyc_pred16 m)
-{
-#if TINYC_HAVE_MVE
-    return vldrwq_z_s32(p, m);
-#else
-    tinyc_s32x4 r;
-    int i;
-    for (i = 0; i < 4; ++i) {
-        r.v[i] = ((m >> (4 * i)) & 1u) ? p[i] : 0;
     }
     return r;
 #endif
@@ -366,21 +352,6 @@ TINYC_SIMD_INLINE void tinyc_vst_s32(int32_t *p, tinyc_s32x4 v)
     for (i = 0; i < 4; ++i) {
         p[i] = v.v[i];
     }
-#endif
-}
-
-/* acc + a * b per lane, modulo 2^32 (VMUL.I32 then VADD.I32: MVE has no vector x vector VMLA). */
-TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmla_s32(tinyc_s32x4 acc, tinyc_s32x4 a, tinyc_s32x4 b)
-{
-#if TINYC_HAVE_MVE
-    return vaddq_s32(acc, vmulq_s32(a, b));
-#else
-    tinyc_s32x4 r;
-    int i;
-    for (i = 0; i < 4; ++i) {
-        r.v[i] = tinyc_simd_wrap((int64_t)acc.v[i] + (int64_t)a.v[i] * b.v[i]);
-    }
-    return r;
 #endif
 }
 
@@ -410,10 +381,16 @@ TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vdup_s32(int32_t x)
 #endif
 }
 
-/* The vector (a, b, c, d): four scalar accumulators into one register (two VMOVs on MVE). */
+/* The vector (a, b, c, d): four scalar accumulators into one register, as the two dual-lane VMOVs
+ * (q[2], q[0] <- a, c; q[3], q[1] <- b, d); GCC 12 builds a vector literal through the stack
+ * (4 stores + a VLDRW) and vsetq_lane as 4 VMOVs. */
 TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vset4_s32(int32_t a, int32_t b, int32_t c, int32_t d)
 {
-#if TINYC_HAVE_MVE
+#if TINYC_HAVE_MVE && defined(__GNUC__) && !defined(__clang__)
+    int32x4_t r;
+    __asm__("vmov %q0[2], %q0[0], %1, %3\n\tvmov %q0[3], %q0[1], %2, %4" : "=&w"(r) : "r"(a), "r"(b), "r"(c), "r"(d));
+    return r;
+#elif TINYC_HAVE_MVE
     const int32x4_t r = {a, b, c, d};
     return r;
 #else
@@ -796,16 +773,6 @@ TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmbqm_even_r_v(tinyc_s32x4 acc, tinyc_s32x4 
 #endif
 }
 
-/* tinyc_vmbqm_even_r_s with mask = 2^r - 1 and hm1 = 2^(r-1) - 1 passed too (the first form of this
- * helper needed them; its callers keep the signature, the sums no longer use them). */
-TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmbqm_even_r_n(tinyc_s32x4 acc, int32_t mul, int32_t nrsh, int32_t mask,
-                                                    int32_t hm1)
-{
-    (void)mask;
-    (void)hm1;
-    return tinyc_vmbqm_even_r_s(acc, mul, nrsh);
-}
-
 /* No loads move across it (an empty asm with a memory clobber; no instruction): between the
  * blocks of an unrolled dot product it keeps GCC from loading every input vector of a channel
  * first and spilling most of them to the stack (MVE has 8 Q registers). */
@@ -814,21 +781,6 @@ TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmbqm_even_r_n(tinyc_s32x4 acc, int32_t mul,
 #else
 #define TINYC_SIMD_LOAD_FENCE() ((void)0)
 #endif
-
-/* tinyc_vset4_s32 as the two dual-lane VMOVs (q[2], q[0] <- a, c; q[3], q[1] <- b, d): GCC 12
- * builds the vector literal through the stack (4 stores + a VLDRW) and vsetq_lane as 4 VMOVs. */
-TINYC_SIMD_INLINE tinyc_s32x4 tinyc_vmov4_s32(int32_t a, int32_t b, int32_t c, int32_t d)
-{
-#if TINYC_HAVE_MVE && defined(__GNUC__) && !defined(__clang__)
-    int32x4_t r;
-    __asm__("vmov %q0[2], %q0[0], %1, %3\n\tvmov %q0[3], %q0[1], %2, %4" : "=&w"(r) : "r"(a), "r"(b), "r"(c), "r"(d));
-    return r;
-#elif TINYC_HAVE_MVE
-    return vsetq_lane_s32(d, vsetq_lane_s32(c, vsetq_lane_s32(b, vdupq_n_s32(a), 1), 2), 3);
-#else
-    return tinyc_vset4_s32(a, b, c, d);
-#endif
-}
 
 /* clamp(v + zp, -128, 127) per lane (VQADD Rm, VQSHL #24, VSHR #24: no clamp constants): the
  * int8 output stage when the activation clamp is the whole int8 range. */

@@ -385,7 +385,7 @@ class QAvgPool(Pool):
 
 
 def _avg_mve_applies(node: Node, graph: Graph) -> bool:
-    """The vector tile requantizes with tinyc_vmbqm_r_n / tinyc_vmbqm_even_r_n: every used count's
+    """The vector tile requantizes with tinyc_vmbqm_r_n / tinyc_vmbqm_even_r_s: every used count's
     right shift in their domain (1..31, half even 1..30); TFLite Micro's division form stays scalar."""
     a = node.attrs
     if a.get("tflm"):
