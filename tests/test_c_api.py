@@ -438,3 +438,35 @@ def test_several_models_in_one_library_folder(tmp_path):
     for sym in ("kws_run_ctx", "kws_2_run_ctx", "kws_run", "kws_2_init"):
         assert re.search(rf" T {sym}$", nm, re.M), sym
     assert re.search(r" B tinyc_shared_arena$", nm, re.M) and not re.search(r" b kws_arena$", nm, re.M)
+
+
+def test_models_that_fit_alone_but_not_together_are_refused(tmp_path):
+    """Two models for one library: each fits the board's RAM alone, their two arenas do not; the
+    error names both, the numbers, and --shared-arena as the remedy, which then fits; a failed
+    compile leaves no folder behind."""
+    from pathlib import Path
+
+    from tinyc.errors import BuildError
+
+    models = [_model(1, "a", 64, 4), _model(3, "b", 64, 8)]
+    alone = [api.compile(m, tmp_path / f"alone{k}", board="mps2-an386", format="library").report["arena_bytes"]
+             for k, m in enumerate(models)]
+    text = (Path(__file__).resolve().parents[1] / "boards" / "mps2-an386.toml").read_text()
+    text = text.replace('name = "mps2-an386"', 'name = "two-small"')
+    stack = int(re.search(r"stack_size = (\S+)", text).group(1), 0)
+    io = 2 * 64 * 4 + 4 * 4 + 8 * 4  # both models' inputs and outputs (float)
+    ram = stack + max(alone) + io + 64  # room for one arena and both models' I/O...
+    assert ram < stack + sum(alone) + io  # ...but not for both arenas
+    text = re.sub(r"ram_size = \S+", f"ram_size = {ram}", text)
+    (tmp_path / "boards").mkdir()
+    (tmp_path / "boards" / "two-small.toml").write_text(text)
+    opts = dict(board="two-small", board_dir=tmp_path / "boards", format="library", names=["a", "b"])
+    with pytest.raises(BuildError) as err:
+        api.compile_models(models, tmp_path / "lib", **opts)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("the set of models 'a', 'b' does not fit board 'two-small': RAM needs")
+    assert f"arena {sum(alone)} + inputs/outputs {io}" in msg, msg
+    assert f"--shared-arena, if the models never run at the same time: one arena of {max(alone)} B" in msg, msg
+    assert not (tmp_path / "lib").exists()
+    res = api.compile_models(models, tmp_path / "lib", shared_arena=True, **opts)
+    assert res.report["shared_arena_bytes"] == max(alone)

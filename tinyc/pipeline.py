@@ -209,4 +209,29 @@ def write_model_set(
     write_reports(out, report, first.layout)  # report.json, report.md, report.html, memory.svg
     for rep, gen in zip(reports, gens):
         target.check(rep, gen.manifest)
+    if len(gens) > 1:  # each fits alone: do they fit together (weights summed, arenas summed or shared)?
+        target.check(*_together(reports, [g.manifest for g in gens], shared_arena))
     return report, sorted(files)
+
+
+def _together(
+    reports: Sequence[Mapping[str, Any]], manifests: Sequence[Mapping[str, Any]], shared_arena: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The report and manifest a fit check sees for several models linked into one firmware:
+    their weights add up, their arenas add up (one plan's size with a shared arena), their I/O
+    buffers add up. `together` lists the models; the remedy suggests --shared-arena when it
+    would help."""
+    arenas = [int(r.get("arena_bytes", 0)) for r in reports]
+    names = ", ".join(f"'{m.get('model', m.get('prefix'))}'" for m in manifests)
+    report = {
+        "weights_bytes": sum(int(r.get("weights_bytes", 0)) for r in reports),
+        "arena_bytes": max(arenas) if shared_arena else sum(arenas),
+        "quantization": all(r.get("quantization") for r in reports) or None,
+        "together": {"arenas": arenas, "shared_arena": shared_arena},
+    }
+    manifest = {
+        "model": f"the set of models {names}",
+        "inputs": [s for m in manifests for s in m.get("inputs", [])],
+        "outputs": [s for m in manifests for s in m.get("outputs", [])],
+    }
+    return report, manifest

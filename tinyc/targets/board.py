@@ -217,6 +217,14 @@ def fit_remedy(report: Mapping[str, Any], manifest: Mapping[str, Any], board: Ma
                 f"--io-dtype int8 (int8 inputs/outputs) saves at least {saved} B of RAM (the float I/O "
                 "buffers; the arena's float copy of the inputs goes too)"
             )
+    together = report.get("together")
+    if together and not together["shared_arena"] and len(together["arenas"]) > 1:
+        arenas = together["arenas"]
+        tips.insert(
+            0,
+            f"--shared-arena, if the models never run at the same time: one arena of {max(arenas)} B "
+            f"instead of {sum(arenas)} B",
+        )
     fits = []
     for name in board_names():
         if name == board.get("name"):
@@ -267,7 +275,8 @@ def check_fit(report: Mapping[str, Any], manifest: Mapping[str, Any], board: Map
         else None
     )
     if flash or ram:
-        what = f"model '{manifest.get('model', manifest.get('prefix'))}'"
+        label = manifest.get("model", manifest.get("prefix"))
+        what = str(label) if report.get("together") else f"model '{label}'"
         raise BuildError(_fit_message(what, board, flash, ram, fit_remedy(report, manifest, board)))
 
 

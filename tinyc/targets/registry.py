@@ -158,6 +158,13 @@ class _BoardBased(Target):
     def report_fields(self) -> dict[str, Any]:
         return {"board": self.name, "format": self.format}
 
+    def check(self, report: Mapping[str, Any], manifest: Mapping[str, Any]) -> None:
+        """The weights must fit the board's flash and the arena + I/O + stack its RAM: for a
+        library too, since the firmware it goes into runs on that board."""
+        from tinyc.targets.board import check_fit
+
+        check_fit(report, manifest, self.definition)
+
 
 class BoardTarget(_BoardBased):
     """A standalone firmware project for a microcontroller board, with the serial harness as main."""
@@ -168,11 +175,6 @@ class BoardTarget(_BoardBased):
 
         write_board_project(out, gen.files, gen.manifest, self.definition)
         save_golden_graph(out, graph, source_model)
-
-    def check(self, report: Mapping[str, Any], manifest: Mapping[str, Any]) -> None:
-        from tinyc.targets.board import check_fit
-
-        check_fit(report, manifest, self.definition)
 
     def build(self, out: Path, force: bool = False) -> dict[str, Any]:
         from tinyc.targets.board import build_board_project
