@@ -9,7 +9,9 @@ instruction counts, deterministic), per-layer MACs per instruction, trials, firm
 time, seconds per measured candidate (all-in: builds + QEMU + serial), and the trials each search
 needed to come within 5% of the best total either found. The cost model's rank correlation
 (Spearman) is measured on held-out candidates: a model fit on the guided run's records predicts
-the random run's candidates (an unbiased sample of the space it never saw).
+the random run's candidates (an unbiased sample of the space it never saw); and one fit on the
+guided runs of the other models of the run (both boards) predicts them too (transfer: what a log
+of earlier tunings gives a model never measured).
 
     python benchmarks/tuning.py [--models digits kws] [--boards mps2-an386 mps3-an547] [--trials 48]
 
@@ -48,19 +50,36 @@ def trials_to_reach(history: list[tuple[int, float]], target: float) -> int | No
     return None
 
 
-def held_out_spearman(guided_log: Path, random_log: Path, board: str) -> float:
-    from tinyc.tune.cost_model import CostModel, records_to_samples, spearman
+def _samples(paths: list[Path], board: str | None) -> list:
+    """(task, knobs, board, cycles) of the ok records of `paths` (of one board, or all)."""
+    from tinyc.tune.cost_model import records_to_samples
     from tinyc.tune.log import TuningLog
 
-    def samples(path: Path) -> list:
-        recs = [dict(r, knobs={**r["knobs"], "_scratch_bytes": r.get("scratch_bytes", 0)})
-                for r in TuningLog(path).records(board=board) if r["status"] == "ok"]
-        return records_to_samples(recs, {r["key"]: r["task"] for r in recs}, {r["board"]: r["board_info"] for r in recs})
+    recs = [dict(r, knobs={**r["knobs"], "_scratch_bytes": r.get("scratch_bytes", 0)})
+            for path in paths for r in TuningLog(path).records(board=board) if r["status"] == "ok"]
+    return records_to_samples(recs, {r["key"]: r["task"] for r in recs}, {r["board"]: r["board_info"] for r in recs})
 
-    train, test = samples(guided_log), samples(random_log)
+
+def held_out_spearman(guided_logs: list[Path], random_log: Path, board: str, train_board: str | None = None) -> float:
+    """Spearman of a cost model fit on `guided_logs` (records of `train_board`, or of every board
+    when None) on the candidates of `random_log` on `board`, which it never saw."""
+    from tinyc.tune.cost_model import CostModel, spearman
+
+    train, test = _samples(guided_logs, train_board), _samples([random_log], board)
     if len(train) < 4 or len(test) < 3:
         return float("nan")
     return float(spearman(CostModel().fit(train), test))
+
+
+def other_models_spearman(rows: list[dict]) -> None:
+    """Per row, the Spearman of a model fit on the guided logs of the run's *other* models (both
+    boards) on this row's random candidates: what the cost model knows when a log of earlier
+    tunings primes it for a model it has never measured."""
+    for r in rows:
+        others = sorted({LOGS / f"{o['model']}_{o['board']}_model.jsonl" for o in rows if o["model"] != r["model"]})
+        r["spearman_other_models"] = (
+            held_out_spearman(others, LOGS / f"{r['model']}_{r['board']}_random.jsonl", r["board"])
+            if others else float("nan"))
 
 
 #: short names accepted by --models
@@ -103,8 +122,8 @@ def run(name: str, board: str, trials: int, batch: int, work: Path, fast_build: 
     best = min(r.tuned_total for r in results.values())
     for search, res in results.items():
         row[KEYS[search]]["trials_to_95pct_of_best"] = trials_to_reach(res.history, best)
-    row["spearman_held_out"] = held_out_spearman(LOGS / f"{name}_{board}_model.jsonl",
-                                                 LOGS / f"{name}_{board}_random.jsonl", board)
+    row["spearman_held_out"] = held_out_spearman([LOGS / f"{name}_{board}_model.jsonl"],
+                                                 LOGS / f"{name}_{board}_random.jsonl", board, board)
     units = results["model"].units
     row["units"] = units
     return row
@@ -112,7 +131,7 @@ def run(name: str, board: str, trials: int, batch: int, work: Path, fast_build: 
 
 def table(rows: list[dict]) -> str:
     head = (f"{'model':<28} {'board':<11} {'default':>12} {'tuned':>12} {'x':>5} {'random':>12} {'trials':>6} "
-            f"{'builds':>6} {'s/cand':>6} {'95% model':>9} {'95% rand':>8} {'spearman':>8}")
+            f"{'builds':>6} {'s/cand':>6} {'95% model':>9} {'95% rand':>8} {'spearman':>8} {'sp other':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
         m, rd = r["guided"], r["random"]
@@ -122,9 +141,12 @@ def table(rows: list[dict]) -> str:
         lines.append(f"{r['model']:<28} {r['board']:<11} {m['default_total']:>12,.0f} {m['tuned_total']:>12,.0f} "
                      f"{m['speedup']:>5.2f} {rd['tuned_total']:>12,.0f} {r['trials']:>6} {m['builds']:>6} "
                      f"{m['s_per_candidate']:>6.2f} {fmt(m['trials_to_95pct_of_best']):>9} "
-                     f"{fmt(rd['trials_to_95pct_of_best']):>8} {r['spearman_held_out']:>8.2f}")
+                     f"{fmt(rd['trials_to_95pct_of_best']):>8} {r['spearman_held_out']:>8.2f} "
+                     f"{r.get('spearman_other_models', float('nan')):>8.2f}")
     lines.append("counts: QEMU instruction counts of the tuned layers (deterministic); default = untuned heuristic; "
-                 "95%: trials until within 5% of the best total either search found")
+                 "95%: trials until within 5% of the best total either search found; spearman: a cost model "
+                 "fit on the guided run predicts the random run's candidates; sp other: one fit on the guided "
+                 "runs of the other models (both boards) does")
     lines.append("")
     head = (f"{'model':<28} {'board':<11} {'search':<7} {'meas':>5} {'builds':>6} {'all-in':>7} {'generate':>8} "
             f"{'compile':>8} {'link':>6} {'flash':>6} {'measure':>7} {'other':>6} {'cc cpu':>6} {'objs':>9}")
@@ -168,6 +190,8 @@ def main() -> int:
             rows.append(run(name, board, args.trials, args.batch_size, Path(tmp), fast_build=not args.cmake_build))
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps({"rows": rows}, indent=2, default=float) + "\n")
+    other_models_spearman(rows)
+    args.out.write_text(json.dumps({"rows": rows}, indent=2, default=float) + "\n")
     print(table(rows))
     print(f"wrote {args.out}")
     return 0

@@ -440,3 +440,35 @@ def test_build_qconv_near_dead_channel() -> None:
     s_x = float(g.tensor("x").quant.scale)
     assert abs(int(bias[1])) <= 2**30
     np.testing.assert_allclose(bias[1] * s_x * node.attrs["w_scale"][1], g.tensor("b").data[1], rtol=1e-6)
+
+
+def test_tuner_space_on_microcontrollers_keeps_the_forms_that_win():
+    """What the tuner searches (tinyc.ops.qconv.searched_on_mcu): on the M55 only the Helium form
+    (and the baseline kernel), on the M4 only the DSP form with at most 64 accumulators, on the M3
+    the portable forms with at most 64; the host's space is the legal space, whole. A candidate
+    left out stays legal: a log or a hand-written schedule may still name it."""
+    from tinyc.ops import get_op
+    from tinyc.ops.qconv import MCU_MAX_ACCUMULATORS
+    from tinyc.tune.tasks import knobs_problem, schedule_space
+
+    for case in [((1, 8, 8, 16), 32, (3, 3), 1), ((1, 8, 8, 32), 32, (3, 3), 32), ((1, 6, 6, 16), 64, (1, 1), 1)]:
+        xs, oc, k, group = case
+        g, _ = conv_graph(7, xs, oc, k, group=group, pads=(1, 1, 1, 1) if k == (3, 3) else None)
+        node = next(n for n in g.nodes if n.op == "QConv")
+        host = schedule_space(node, g, "host")
+        forms = {s.get("mac") for s in host}
+        assert {"i16", "i32"} <= forms, forms
+        m55 = schedule_space(node, g, "mcu+dsp+mve")
+        assert {s.get("mac") for s in m55} == {"mve", None}, case
+        m4 = schedule_space(node, g, "mcu+dsp")
+        assert {s.get("mac") for s in m4} == {"dsp", None}, case
+        m3 = schedule_space(node, g, "mcu")
+        assert "dsp" not in {s.get("mac") for s in m3} and "i16x2" in {s.get("mac") for s in m3}
+        for space in (m4, m3):
+            tiles = [s["oc_tile"] * s["px_tile"] for s in space if "oc_tile" in s]
+            assert tiles and max(tiles) <= MCU_MAX_ACCUMULATORS
+        assert any(s["oc_tile"] * s["px_tile"] > MCU_MAX_ACCUMULATORS for s in host if "oc_tile" in s)
+        assert len(m55) < len(m4) < len(host)
+        legal = get_op("QConv").knobs(node, g)
+        portable = next(s for s in host if s.get("mac") == "i16")
+        assert knobs_problem(portable, legal, get_op("QConv"), "mcu+dsp+mve") is None

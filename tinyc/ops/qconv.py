@@ -57,6 +57,37 @@ QRANGE: dict[str, tuple[int, int]] = {"int8": (-128, 127), "uint8": (0, 255)}
 INT32_MAX = (1 << 31) - 1
 #: mac values whose code uses an ISA extension (knob_isa), in order of preference.
 SIMD_FORMS = ("dsp", "mve")
+#: register tiles above this many int32 accumulators are not searched on a microcontroller
+MCU_MAX_ACCUMULATORS = 64
+
+
+def searched_on_mcu(space: list[dict[str, Any]], target: str, tiles: tuple[str, str]) -> list[dict[str, Any]]:
+    """What the tuner searches of a QConv / QMatMul space on a microcontroller target.
+
+    Every record of the MLPerf Tiny tunings (benchmarks/tuning.py, 916 measurements on the M4
+    and the M55) says two kinds of candidates never win there: a product form (`mac`) other than
+    the widest SIMD form the space holds (the M4's portable forms were >= 1.45x slower than the
+    best DSP candidate, the M55's non-Helium forms >= 3.4x), and register tiles of more than
+    MCU_MAX_ACCUMULATORS accumulators in the non-Helium forms (13 usable core registers: they
+    spill, >= 1.17x slower; fully unrolled they also take seconds to compile, which made them the
+    tuner's slowest candidates). Candidates without a `mac` (the baseline kernel) stay; the host
+    and OpenCL spaces are left whole."""
+    if Isa.parse(target).family != "mcu":
+        return space
+    forms = {c.get("mac") for c in space}
+    widest = next((f for f in reversed(SIMD_FORMS) if f in forms), None)
+    kept = []
+    for c in space:
+        mac = c.get("mac")
+        if mac is None:
+            kept.append(c)
+            continue
+        if widest is not None and mac != widest:
+            continue
+        if mac != "mve" and int(c.get(tiles[0], 1)) * int(c.get(tiles[1], 1)) > MCU_MAX_ACCUMULATORS:
+            continue
+        kept.append(c)
+    return kept
 
 
 def requantize_any(
@@ -500,6 +531,9 @@ class QConv(Conv):
             if dw:
                 sched["variant"] = "depthwise"
         return sched
+
+    def searched(self, node: Node, graph: Graph, space: list[dict[str, Any]], target: str) -> list[dict[str, Any]]:
+        return searched_on_mcu(space, target, ("oc_tile", "px_tile"))
 
     def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         """ "baseline" reads no knob; "grid" only oc_tile, px_tile, vec, local_mem and loop_order

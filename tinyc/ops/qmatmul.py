@@ -34,6 +34,7 @@ from tinyc.ops import _qconv_mve
 from tinyc.ops.impl import Implementation, applicable, by_name
 from tinyc.ops.qconv import (
     SIMD_FORMS,
+    searched_on_mcu,
     _c_literals,
     _int8_tensor,
     _split_pairs,
@@ -283,6 +284,9 @@ class QMatMul(OpDef):
 
     def knob_isa(self, knob: str, value: Any) -> str | None:
         return super().knob_isa(knob, value) or grid_knob_target(knob, value, (("loop_order", "columns_outer"),))
+
+    def searched(self, node: Node, graph: Graph, space: list[dict[str, Any]], target: str) -> list[dict[str, Any]]:
+        return searched_on_mcu(space, target, ("n_tile", "m_tile"))
 
     def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         """Only "dsp" stores pre-split weights: wide_weights is moot for the other forms. "grid"

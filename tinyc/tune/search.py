@@ -4,7 +4,8 @@ Without a trained cost model the only fair choice is uniform random sampling. Wi
 search follows the model (simulated annealing over the legal space, as Ansor does, so large
 spaces need not be predicted exhaustively) but keeps a small random share (epsilon-greedy):
 a model trained on few samples is confidently wrong in places, and only measurements it did
-not ask for can correct that.
+not ask for can correct that. The random share goes to the kernel forms measured least, so
+every form is measured early, however few candidates it has.
 """
 
 from __future__ import annotations
@@ -143,6 +144,43 @@ def _anneal(
                 walkers[j], current[j] = moves[j], new
 
 
+def kernel_form(knobs: Mapping[str, Any]) -> str:
+    """A candidate's kernel form: its string-valued knobs (variant, product form, loop order).
+    Forms differ by integer factors (a Helium kernel against the portable C loops: 4-20x on the
+    M55), tile sizes within a form by percents."""
+    return json.dumps(sorted((k, v) for k, v in knobs.items() if isinstance(v, str) and not str(k).startswith("_")))
+
+
+def _explore(
+    rest: Sequence[str], by_id: Mapping[str, dict], seen: Sequence[str], n: int, rng: np.random.Generator
+) -> list[str]:
+    """n random picks of `rest`, each from the kernel form seen least so far (`seen`: measured,
+    in flight, picked), ties at random. Uniform picks would go where the space is large — on the
+    M55 mostly to the portable forms, which never win — and leave a form with few candidates
+    (the Helium kernel's, the DSP's) unmeasured: the model then ranks it blind."""
+    if n <= 0:
+        return []
+    counts: dict[str, int] = {}
+    for ident in seen:
+        if ident in by_id:
+            form = kernel_form(by_id[ident])
+            counts[form] = counts.get(form, 0) + 1
+    groups: dict[str, list[str]] = {}
+    for ident in rest:
+        groups.setdefault(kernel_form(by_id[ident]), []).append(ident)
+    picks: list[str] = []
+    while groups and len(picks) < n:
+        low = min(counts.get(f, 0) for f in groups)
+        forms = [f for f in groups if counts.get(f, 0) == low]
+        form = forms[int(rng.integers(len(forms)))]
+        members = groups[form]
+        picks.append(members.pop(int(rng.integers(len(members)))))
+        counts[form] = low + 1
+        if not members:
+            del groups[form]
+    return picks
+
+
 def model_proposals(
     space: Sequence[Mapping],
     exclude: set[str],
@@ -156,7 +194,8 @@ def model_proposals(
     exhaustive: int = EXHAUSTIVE,
 ) -> list[dict]:
     """n distinct unmeasured candidates: the model's best-predicted first, then ~epsilon*n random
-    ones (at least one when n >= 4 and epsilon > 0). Random while the model is untrained.
+    ones (at least one when n >= 4 and epsilon > 0), each from the kernel form measured least
+    (`_explore`). Random while the model is untrained.
 
     A space of at most max(4*n, `exhaustive`) unmeasured candidates is ranked exhaustively (one
     prediction call for all of them); a larger one is walked by simulated annealing and the
@@ -189,7 +228,7 @@ def model_proposals(
     picks = ranked[: n - n_random]
     chosen = set(picks)
     rest = [i for i in unmeasured if i not in chosen]
-    explore = [rest[j] for j in rng.permutation(len(rest))[:n_random]]
+    explore = _explore(rest, by_id, [*exclude, *picks], n_random, rng)
     picks += explore
     if len(picks) < n:  # nothing left to explore with: fill up with the model's next best
         chosen.update(explore)

@@ -6,8 +6,10 @@ the knob values the op offers for it (which depend on the weights: e.g. the int1
 only offered when exact). Identical layers share a task, so they are measured once.
 
 The space is every combination of the op's knob values that the target's ISA can run
-(``OpDef.knob_isa``), canonicalised (``OpDef.canonical_schedule`` drops knobs a variant ignores)
-and without candidates whose scratch would push the arena over the RAM budget: those are never built.
+(``OpDef.knob_isa``), canonicalised (``OpDef.canonical_schedule`` drops knobs a variant ignores),
+less what the op does not search on the target (``OpDef.searched``: forms measurements show never
+win there) and without candidates whose scratch would push the arena over the RAM budget: those
+are never built.
 """
 
 from __future__ import annotations
@@ -137,7 +139,8 @@ def knobs_problem(
 
 
 def schedule_space(node: Node, graph: Graph, target: str) -> list[dict[str, Any]]:
-    """Every distinct legal knob combination the target can run, canonical, in a stable order."""
+    """Every distinct legal knob combination the target can run, canonical, in a stable order,
+    less what the op does not search there (``OpDef.searched``)."""
     opdef = get_op(node.op)
     knobs = opdef.knobs(node, graph)
     names = sorted(knobs)
@@ -150,7 +153,7 @@ def schedule_space(node: Node, graph: Graph, target: str) -> list[dict[str, Any]
         if ident not in seen:
             seen.add(ident)
             space.append(cand)
-    return space
+    return opdef.searched(node, graph, space, target)
 
 
 @contextmanager
