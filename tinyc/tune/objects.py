@@ -97,12 +97,12 @@ def split_layers(files: Mapping[str, str], prefix: str = "tune") -> dict[str, st
     )
     head = f'#include <{prefix}_pch.h>\n#include "{prefix}.h"\n#include "{prefix}_weights.h"\n\n'
     out = main[: starts[0]]
+    layer_fns = {fn for _, fn, _ in calls}
     for (j, fn, args), (lo, hi) in zip(calls, bounds):
         block = main[lo:hi]
         call = fn + args
-        if len(re.findall(rf"\b{fn}\s*\(", block)) != 1 or any(
-            re.search(rf"\b{other}\s*\(", block) for _, other, _ in calls if other != fn
-        ):
+        called = re.findall(r"\b(\w+)\s*\(", block)  # one scan, not one per other layer
+        if called.count(fn) != 1 or (set(called) & layer_fns) - {fn}:
             return None
         # two callers with the dispatcher's arguments, as in the model's one translation unit, so
         # the compiler inlines or specialises the kernel as it does there
