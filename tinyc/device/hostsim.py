@@ -251,11 +251,14 @@ class HostHarness:
             self.proc.kill()
 
     def wait(self, timeout: float) -> int:
-        """Exit status, waiting at most `timeout` seconds (DeviceError if still running)."""
+        """Exit status, waiting at most `timeout` seconds (DeviceError if still running). Once it
+        has exited, `log` holds all it printed (the reader thread has drained the pipe)."""
         try:
-            return self.proc.wait(timeout)
+            code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             raise DeviceError(f"host harness {self.exe} still running after {timeout:g} s") from None
+        self._reader.join(timeout)
+        return code
 
     def close(self) -> None:
         if self.alive():
