@@ -243,9 +243,7 @@ class OpDef:
 
         return selected_need(self.implementations, knob, value)
 
-    def searched(
-        self, node: Node, graph: Graph, space: list[dict[str, Any]], target: str
-    ) -> list[dict[str, Any]]:
+    def searched(self, node: Node, graph: Graph, space: list[dict[str, Any]], target: str) -> list[dict[str, Any]]:
         """The part of the legal, canonical `space` the tuner searches on `target`: an op may leave
         out candidates that measurements show never win there (they stay legal: a log or a
         hand-written schedule may still name them). Default: all of it."""
