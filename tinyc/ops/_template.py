@@ -150,6 +150,11 @@ class TemplateOp(OpDef):  # @register (from tinyc.ops.base) on a real op
         """The schedule without the knobs its variant ignores (a tuner never measures twice)."""
         return dict(schedule)
 
+    def searched(self, node: Node, graph: Graph, space: list[dict[str, Any]], target: str) -> list[dict[str, Any]]:
+        """What of the legal, canonical space the tuner searches on `target`: leave out what
+        measurements show never wins there (it stays legal). Default: all of it."""
+        return super().searched(node, graph, space, target)
+
     def default_schedule(self, node: Node, graph: Graph, target: str) -> dict[str, Any]:
         """The untuned schedule: a rule over shapes. Default: each knob's first value."""
         return super().default_schedule(node, graph, target)
