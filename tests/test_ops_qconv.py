@@ -444,11 +444,11 @@ def test_build_qconv_near_dead_channel() -> None:
 
 def test_tuner_space_on_microcontrollers_keeps_the_forms_that_win():
     """What the tuner searches (tinyc.ops.qconv.searched_on_mcu): on the M55 only the Helium form
-    (and the baseline kernel), on the M4 only the DSP form with at most 64 accumulators, on the M3
-    the portable forms with at most 64; the host's space is the legal space, whole. A candidate
+    (and the baseline kernel), on the M4 only the DSP form with at most 16 accumulators, on the M3
+    the portable forms with at most 16; the host's space is the legal space, whole. A candidate
     left out stays legal: a log or a hand-written schedule may still name it."""
     from tinyc.ops import get_op
-    from tinyc.ops.qconv import MCU_MAX_ACCUMULATORS
+    from tinyc.ops.qconv import MCU_MAX_CONV_ACCUMULATORS
     from tinyc.tune.tasks import knobs_problem, schedule_space
 
     for case in [((1, 8, 8, 16), 32, (3, 3), 1), ((1, 8, 8, 32), 32, (3, 3), 32), ((1, 6, 6, 16), 64, (1, 1), 1)]:
@@ -466,8 +466,9 @@ def test_tuner_space_on_microcontrollers_keeps_the_forms_that_win():
         assert "dsp" not in {s.get("mac") for s in m3} and "i16x2" in {s.get("mac") for s in m3}
         for space in (m4, m3):
             tiles = [s["oc_tile"] * s["px_tile"] for s in space if "oc_tile" in s]
-            assert tiles and max(tiles) <= MCU_MAX_ACCUMULATORS
-        assert any(s["oc_tile"] * s["px_tile"] > MCU_MAX_ACCUMULATORS for s in host if "oc_tile" in s)
+            assert tiles and max(tiles) <= MCU_MAX_CONV_ACCUMULATORS == 16
+            assert any(t > 4 for t in tiles), "the tiles that win (up to 8) stay searched"
+        assert any(s["oc_tile"] * s["px_tile"] > MCU_MAX_CONV_ACCUMULATORS for s in host if "oc_tile" in s)
         assert len(m55) < len(m4) < len(host)
         legal = get_op("QConv").knobs(node, g)
         portable = next(s for s in host if s.get("mac") == "i16")

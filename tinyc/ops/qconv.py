@@ -57,21 +57,27 @@ QRANGE: dict[str, tuple[int, int]] = {"int8": (-128, 127), "uint8": (0, 255)}
 INT32_MAX = (1 << 31) - 1
 #: mac values whose code uses an ISA extension (knob_isa), in order of preference.
 SIMD_FORMS = ("dsp", "mve")
-#: register tiles above this many int32 accumulators are not searched on a microcontroller
+#: QMatMul register tiles above this many int32 accumulators are not searched on a microcontroller
 MCU_MAX_ACCUMULATORS = 64
+#: QConv register tiles above this many int32 accumulators are not searched on a microcontroller
+MCU_MAX_CONV_ACCUMULATORS = 16
 
 
-def searched_on_mcu(space: list[dict[str, Any]], target: str, tiles: tuple[str, str]) -> list[dict[str, Any]]:
+def searched_on_mcu(
+    space: list[dict[str, Any]], target: str, tiles: tuple[str, str], max_accumulators: int = MCU_MAX_ACCUMULATORS
+) -> list[dict[str, Any]]:
     """What the tuner searches of a QConv / QMatMul space on a microcontroller target.
 
     Every record of the MLPerf Tiny tunings (benchmarks/tuning.py, 916 measurements on the M4
     and the M55) says two kinds of candidates never win there: a product form (`mac`) other than
     the widest SIMD form the space holds (the M4's portable forms were >= 1.45x slower than the
     best DSP candidate, the M55's non-Helium forms >= 3.4x), and register tiles of more than
-    MCU_MAX_ACCUMULATORS accumulators in the non-Helium forms (13 usable core registers: they
-    spill, >= 1.17x slower; fully unrolled they also take seconds to compile, which made them the
-    tuner's slowest candidates). Candidates without a `mac` (the baseline kernel) stay; the host
-    and OpenCL spaces are left whole."""
+    `max_accumulators` accumulators in the non-Helium forms (13 usable core registers: they
+    spill; fully unrolled they also take seconds to compile, which made them the tuner's slowest
+    candidates). The bound is the op's: no QConv layer's best M4 tile had more than 8
+    accumulators (MCU_MAX_CONV_ACCUMULATORS = 16 keeps a margin), while QMatMul's best reached 64
+    on a layer with K = 8 (MCU_MAX_ACCUMULATORS). Candidates without a `mac` (the baseline
+    kernel) stay; the host and OpenCL spaces are left whole."""
     if Isa.parse(target).family != "mcu":
         return space
     forms = {c.get("mac") for c in space}
@@ -84,7 +90,7 @@ def searched_on_mcu(space: list[dict[str, Any]], target: str, tiles: tuple[str, 
             continue
         if widest is not None and mac != widest:
             continue
-        if mac != "mve" and int(c.get(tiles[0], 1)) * int(c.get(tiles[1], 1)) > MCU_MAX_ACCUMULATORS:
+        if mac != "mve" and int(c.get(tiles[0], 1)) * int(c.get(tiles[1], 1)) > max_accumulators:
             continue
         kept.append(c)
     return kept
@@ -533,7 +539,7 @@ class QConv(Conv):
         return sched
 
     def searched(self, node: Node, graph: Graph, space: list[dict[str, Any]], target: str) -> list[dict[str, Any]]:
-        return searched_on_mcu(space, target, ("oc_tile", "px_tile"))
+        return searched_on_mcu(space, target, ("oc_tile", "px_tile"), MCU_MAX_CONV_ACCUMULATORS)
 
     def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         """ "baseline" reads no knob; "grid" only oc_tile, px_tile, vec, local_mem and loop_order
