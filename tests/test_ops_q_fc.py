@@ -319,18 +319,18 @@ def test_qlinearmatmul_still_uses_qmatmul_without_bias() -> None:
 
 
 def test_tuner_space_on_microcontrollers_keeps_the_forms_that_win() -> None:
-    """QMatMul's searched space (tinyc.ops.qconv.searched_on_mcu, as QConv's): the Helium form on
+    """QMatMul's searched space (tinyc.ops.qconv.searched_on_mcu with its own bound): the Helium form on
     the M55, the DSP form on the M4, the portable forms on the M3, each with at most 64
     accumulators outside Helium; the host's space whole."""
-    from tinyc.ops.qconv import MCU_MAX_ACCUMULATORS
+    from tinyc.ops.qmatmul import MCU_MAX_MATMUL_ACCUMULATORS
     from tinyc.tune.tasks import schedule_space
 
     g, _ = fc_graph(3, (4, 96), 128)
     node = next(n for n in g.nodes if n.op == "QMatMul")
     host = schedule_space(node, g, "host")
-    assert any(s["n_tile"] * s["m_tile"] > MCU_MAX_ACCUMULATORS for s in host)
+    assert any(s["n_tile"] * s["m_tile"] > MCU_MAX_MATMUL_ACCUMULATORS for s in host)
     assert {s["mac"] for s in schedule_space(node, g, "mcu+dsp+mve")} == {"mve"}
     m4, m3 = schedule_space(node, g, "mcu+dsp"), schedule_space(node, g, "mcu")
     assert {s["mac"] for s in m4} == {"dsp"} and {s["mac"] for s in m3} == {"i16", "i32"}
     for space in (m4, m3):
-        assert max(s["n_tile"] * s["m_tile"] for s in space) <= MCU_MAX_ACCUMULATORS
+        assert max(s["n_tile"] * s["m_tile"] for s in space) <= MCU_MAX_MATMUL_ACCUMULATORS

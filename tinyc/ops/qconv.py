@@ -57,14 +57,13 @@ QRANGE: dict[str, tuple[int, int]] = {"int8": (-128, 127), "uint8": (0, 255)}
 INT32_MAX = (1 << 31) - 1
 #: mac values whose code uses an ISA extension (knob_isa), in order of preference.
 SIMD_FORMS = ("dsp", "mve")
-#: QMatMul register tiles above this many int32 accumulators are not searched on a microcontroller
-MCU_MAX_ACCUMULATORS = 64
 #: QConv register tiles above this many int32 accumulators are not searched on a microcontroller
+#: (no logged convolution's best M4 tile had more than 8: 16 keeps a margin)
 MCU_MAX_CONV_ACCUMULATORS = 16
 
 
 def searched_on_mcu(
-    space: list[dict[str, Any]], target: str, tiles: tuple[str, str], max_accumulators: int = MCU_MAX_ACCUMULATORS
+    space: list[dict[str, Any]], target: str, tiles: tuple[str, str], max_accumulators: int
 ) -> list[dict[str, Any]]:
     """What the tuner searches of a QConv / QMatMul space on a microcontroller target.
 
@@ -74,10 +73,9 @@ def searched_on_mcu(
     best DSP candidate, the M55's non-Helium forms >= 3.4x), and register tiles of more than
     `max_accumulators` accumulators in the non-Helium forms (13 usable core registers: they
     spill; fully unrolled they also take seconds to compile, which made them the tuner's slowest
-    candidates). The bound is the op's: no QConv layer's best M4 tile had more than 8
-    accumulators (MCU_MAX_CONV_ACCUMULATORS = 16 keeps a margin), while QMatMul's best reached 64
-    on a layer with K = 8 (MCU_MAX_ACCUMULATORS). Candidates without a `mac` (the baseline
-    kernel) stay; the host and OpenCL spaces are left whole."""
+    candidates). The bound is each op's own (MCU_MAX_CONV_ACCUMULATORS here,
+    qmatmul.MCU_MAX_MATMUL_ACCUMULATORS). Candidates without a `mac` (the baseline kernel) stay;
+    the host and OpenCL spaces are left whole."""
     if Isa.parse(target).family != "mcu":
         return space
     forms = {c.get("mac") for c in space}

@@ -49,6 +49,9 @@ from tinyc.numerics.qparams import add_qtensor, per_tensor, qparams_of
 QTYPES: dict[str, tuple[int, int]] = {"int8": (-128, 127), "uint8": (0, 255)}
 #: |(a - a_zp) * (b - b_zp)| <= 255 * 255, so K terms stay inside int32 up to this K.
 MAX_K = (2**31 - 1) // (255 * 255)
+#: QMatMul register tiles above this many int32 accumulators are not searched on a microcontroller
+#: (searched_on_mcu): wider than QConv's bound, as AD's 8 -> 128 layer's best M4 tile has 64
+MCU_MAX_MATMUL_ACCUMULATORS = 64
 INT32_MAX = 2**31 - 1
 
 if TYPE_CHECKING:
@@ -286,7 +289,7 @@ class QMatMul(OpDef):
         return super().knob_isa(knob, value) or grid_knob_target(knob, value, (("loop_order", "columns_outer"),))
 
     def searched(self, node: Node, graph: Graph, space: list[dict[str, Any]], target: str) -> list[dict[str, Any]]:
-        return searched_on_mcu(space, target, ("n_tile", "m_tile"))
+        return searched_on_mcu(space, target, ("n_tile", "m_tile"), MCU_MAX_MATMUL_ACCUMULATORS)
 
     def canonical_schedule(self, node: Node, graph: Graph, schedule: dict[str, Any]) -> dict[str, Any]:
         """Only "dsp" stores pre-split weights: wide_weights is moot for the other forms. "grid"
